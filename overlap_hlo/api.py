@@ -1,0 +1,81 @@
+"""Python entry points: rewrite an ir.Module, MLIR source, a Lowered or an Exported."""
+from __future__ import annotations
+
+import dataclasses
+
+from jaxlib.mlir import ir
+
+from . import compat
+from .pipeline import DEFAULT_PIPELINE, build_pass_manager
+from .rewrite_pass import Site, SiteLog
+
+
+def rewrite_module(module: ir.Module, pipeline: str = DEFAULT_PIPELINE, *,
+                   threshold_mib: float | None = None, verify: bool = True,
+                   input_name: str | None = None) -> list[Site]:
+    """Run `pipeline` on `module` in place; returns every candidate site and its fate.
+
+    Raises `ir.MLIRError` if a pass or the verifier fails and
+    `overlap_hlo.PipelineError` for a bad pipeline.
+    """
+    log = SiteLog(input_name=input_name)
+    defaults = {} if threshold_mib is None else {"threshold-mib": repr(float(threshold_mib))}
+    with module.context:
+        pm = build_pass_manager(pipeline, log, defaults)
+        pm.enable_verifier(verify)
+        pm.run(module.operation)
+    return log.sites
+
+
+def parse(source: str | bytes, context: ir.Context | None = None) -> ir.Module:
+    """Parse MLIR text or bytecode in a context with every JAX dialect."""
+    context = context or compat.make_context()
+    return ir.Module.parse(source, context=context)
+
+
+def serialize(module: ir.Module, bytecode: bool = False) -> str | bytes:
+    if bytecode:
+        import io
+
+        buffer = io.BytesIO()
+        module.operation.write_bytecode(buffer)
+        return buffer.getvalue()
+    return module.operation.get_asm(enable_debug_info=False, assume_verified=True)
+
+
+def rewrite_source(source: str | bytes, pipeline: str = DEFAULT_PIPELINE, *,
+                   threshold_mib: float | None = None,
+                   emit_bytecode: bool = False) -> str | bytes:
+    """Rewrite MLIR text or bytecode; returns text (or bytecode)."""
+    module = parse(source)
+    rewrite_module(module, pipeline, threshold_mib=threshold_mib)
+    return serialize(module, emit_bytecode)
+
+
+def _copy(module: ir.Module) -> ir.Module:
+    """A copy in a fresh context: JAX caches the module it hands out."""
+    return parse(serialize(module, bytecode=True))
+
+
+def rewrite_lowered(lowered, pipeline: str = DEFAULT_PIPELINE, *,
+                    threshold_mib: float | None = None):
+    """A new `jax.stages.Lowered` whose `.compile()` runs the rewritten module.
+
+    `lowered` and JAX's cached lowering are left as they were.
+    """
+    module = _copy(lowered.compiler_ir("stablehlo"))
+    rewrite_module(module, pipeline, threshold_mib=threshold_mib)
+    return compat.replace_lowered_module(lowered, module)
+
+
+def rewrite_exported(exported, pipeline: str = DEFAULT_PIPELINE, *,
+                     threshold_mib: float | None = None):
+    """A new `jax.export.Exported` carrying the rewritten module.
+
+    Its `.call()` runs the rewritten module, and it survives serialize()/deserialize().
+    """
+    module = parse(exported.mlir_module())
+    rewrite_module(module, pipeline, threshold_mib=threshold_mib)
+    with module.context:
+        payload = compat.serialize_for_export(module)
+    return dataclasses.replace(exported, mlir_module_serialized=payload)

@@ -1,0 +1,139 @@
+"""Terse builders for the StableHLO ops the passes emit.
+
+All builders create ops at the current insertion point and location
+(`with rewriter.ip, op.location:`), like JAX's own `mlir.py` helpers.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+I32 = np.int32
+
+
+def i32_type() -> ir.Type:
+    return ir.IntegerType.get_signless(32)
+
+
+def scalar_i32(value: int) -> ir.Value:
+    """A `tensor<i32>` constant."""
+    return constant_array(np.array(value, dtype=I32))
+
+
+def constant_array(array: np.ndarray) -> ir.Value:
+    return stablehlo.constant(ir.DenseElementsAttr.get(np.array(array, order="C")))
+
+
+def zeros(tensor_type: ir.RankedTensorType) -> ir.Value:
+    """A splat zero of any int or float tensor type."""
+    elt = tensor_type.element_type
+    zero = (ir.FloatAttr.get(elt, 0.0) if isinstance(elt, ir.FloatType)
+            else ir.IntegerAttr.get(elt, 0))
+    return stablehlo.constant(ir.DenseElementsAttr.get_splat(tensor_type, zero))
+
+
+def with_dim(tensor_type: ir.RankedTensorType, dim: int, size: int) -> ir.RankedTensorType:
+    shape = list(tensor_type.shape)
+    shape[dim] = size
+    return ir.RankedTensorType.get(shape, tensor_type.element_type)
+
+
+def add(a: ir.Value, b: ir.Value) -> ir.Value:
+    return stablehlo.add(a, b)
+
+
+def mul(a: ir.Value, b: ir.Value) -> ir.Value:
+    return stablehlo.multiply(a, b)
+
+
+def rem(a: ir.Value, b: ir.Value) -> ir.Value:
+    return stablehlo.remainder(a, b)
+
+
+def block_offset(position: ir.Value, step: ir.Value | int, group_size: int,
+                 block: int) -> ir.Value:
+    """`((position + step) mod group_size) * block` as a `tensor<i32>`."""
+    index = position
+    if not isinstance(step, int):
+        index = add(index, step)
+    elif step % group_size:
+        index = add(index, scalar_i32(step % group_size))
+    return mul(rem(index, scalar_i32(group_size)), scalar_i32(block))
+
+
+def slice_dim(value: ir.Value, dim: int, offset: ir.Value, size: int) -> ir.Value:
+    """`dynamic_slice` of `size` elements along `dim` starting at `offset`."""
+    vtype = value.type
+    starts = [offset if d == dim else scalar_i32(0) for d in range(vtype.rank)]
+    return stablehlo.dynamic_slice(value, starts, with_dim(vtype, dim, size).shape,
+                                   results=[with_dim(vtype, dim, size)])
+
+
+def update_dim(target: ir.Value, update: ir.Value, dim: int, offset: ir.Value) -> ir.Value:
+    """`dynamic_update_slice` of `update` into `target` at `offset` along `dim`."""
+    starts = [offset if d == dim else scalar_i32(0) for d in range(target.type.rank)]
+    return stablehlo.dynamic_update_slice(target, update, starts)
+
+
+def table_lookup(table: Sequence[int], index: ir.Value) -> ir.Value:
+    """`table[index]` as a `tensor<i32>`, for a constant table and a scalar index."""
+    entry = stablehlo.dynamic_slice(
+        constant_array(np.asarray(table, dtype=I32)), [index], [1],
+        results=[ir.RankedTensorType.get([1], i32_type())])
+    return stablehlo.reshape(ir.RankedTensorType.get([], i32_type()), entry)
+
+
+def device_id(kind: str) -> ir.Value:
+    """This device's `partition_id` or `replica_id`, as a `tensor<i32>`."""
+    op = stablehlo.partition_id if kind == "partition" else stablehlo.replica_id
+    return stablehlo.convert(ir.RankedTensorType.get([], i32_type()), op())
+
+
+def collective_permute(value: ir.Value, pairs: Sequence[tuple[int, int]],
+                       channel: int | None) -> ir.Value:
+    """A permute along `pairs`; a channel handle makes the ids partition ids."""
+    pairs_attr = ir.DenseIntElementsAttr.get(np.asarray(pairs, dtype=np.int64).reshape(-1, 2))
+    handle = None if channel is None else stablehlo.ChannelHandle.get(channel, 1)
+    return stablehlo.collective_permute(value, pairs_attr, channel_handle=handle)
+
+
+def dot_like(original: ir.Operation, lhs: ir.Value, rhs: ir.Value,
+             result_type: ir.Type) -> ir.Value:
+    """A `dot_general` with all of `original`'s attributes on new operands."""
+    attrs = {name: original.attributes[name] for name in original.attributes}
+    return ir.Operation.create(
+        "stablehlo.dot_general", results=[result_type], operands=[lhs, rhs],
+        attributes=attrs).result
+
+
+LoopBody = Callable[[ir.Value, list[ir.Value], list[ir.Value]], list[ir.Value]]
+
+
+def counted_loop(start: int, stop: int, carried: Sequence[ir.Value],
+                 invariants: Sequence[ir.Value], body: LoopBody) -> list[ir.Value]:
+    """`for k in range(start, stop)` as a `stablehlo.while`.
+
+    `body(k, carried, invariants)` returns the next carried values. Every value the
+    body reads is passed explicitly (no implicit captures). Returns the final
+    carried values.
+    """
+    carried, invariants = list(carried), list(invariants)
+    operands = [scalar_i32(start), *carried, *invariants]
+    types = [v.type for v in operands]
+    loop = stablehlo.WhileOp(types, operands)
+    cond = loop.cond.blocks.append(*types)
+    with ir.InsertionPoint(cond):
+        limit = scalar_i32(stop)
+        stablehlo.return_([stablehlo.compare(
+            cond.arguments[0], limit, stablehlo.ComparisonDirectionAttr.get("LT"),
+            compare_type=stablehlo.ComparisonTypeAttr.get("SIGNED"))])
+    block = loop.body.blocks.append(*types)
+    with ir.InsertionPoint(block):
+        args = list(block.arguments)
+        k, n = args[0], len(carried)
+        step_out = body(k, args[1:1 + n], args[1 + n:])
+        stablehlo.return_([add(k, scalar_i32(1)), *step_out, *args[1 + n:]])
+    return list(loop.results[1:1 + len(carried)])

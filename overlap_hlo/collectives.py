@@ -1,0 +1,110 @@
+"""Replica groups of all_gather / reduce_scatter, and the rings built from them.
+
+XLA reads a collective's `replica_groups` in one of three modes (its
+CollectiveOpGroupMode): cross-replica (no channel handle), cross-replica-and-partition
+(a channel handle, no `use_global_device_ids`) and flattened ids (both). A
+`collective_permute` speaks partition ids (with a channel handle) or replica ids
+(without). `Ring.from_collective` maps a collective to one of those two id spaces, or
+says why it can't.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+
+class Unsupported(Exception):
+    """A site the passes leave unchanged; the message says why."""
+
+
+@dataclass(frozen=True)
+class Ring:
+    """Groups of device ids (`kind` is "partition" or "replica") of equal size."""
+
+    groups: tuple[tuple[int, ...], ...]
+    kind: str
+    num_ids: int
+
+    @property
+    def size(self) -> int:
+        return len(self.groups[0])
+
+    def position_table(self) -> list[int]:
+        """Entry d is the position of device id d within its group."""
+        table = [0] * self.num_ids
+        for group in self.groups:
+            for position, device in enumerate(group):
+                table[device] = position
+        return table
+
+    def shift_pairs(self) -> list[tuple[int, int]]:
+        """Source/target pairs sending position q's buffer to position q-1."""
+        return [(group[q], group[q - 1]) for group in self.groups for q in range(len(group))]
+
+    @property
+    def uses_channel(self) -> bool:
+        return self.kind == "partition"
+
+    @classmethod
+    def from_collective(cls, op: ir.Operation) -> Ring:
+        attrs = op.attributes
+        num_partitions, num_replicas = _module_sizes(op)
+        has_channel = "channel_handle" in attrs and (
+            stablehlo.ChannelHandle(attrs["channel_handle"]).handle > 0)
+        global_ids = "use_global_device_ids" in attrs
+        groups = _groups(attrs["replica_groups"])
+        if not has_channel:
+            kind, num_ids = "replica", num_replicas
+        elif global_ids:
+            if num_replicas > 1 and num_partitions > 1:
+                raise Unsupported("flattened device ids over several replicas and partitions")
+            kind, num_ids = ("replica", num_replicas) if num_replicas > 1 else (
+                "partition", num_partitions)
+        elif num_replicas == 1:
+            # Cross-replica-and-partition with one replica: each group spans all partitions.
+            if groups and groups != [[0]]:
+                raise Unsupported("cross-replica-and-partition groups other than [[0]]")
+            kind, num_ids, groups = "partition", num_partitions, []
+        elif num_partitions == 1:
+            kind, num_ids = "replica", num_replicas
+        else:
+            raise Unsupported("cross-replica-and-partition groups over several partitions")
+        if not groups:
+            groups = [list(range(num_ids))]
+        _check_partition(groups, num_ids)
+        return cls(tuple(tuple(g) for g in groups), kind, num_ids)
+
+
+def _module_sizes(op: ir.Operation) -> tuple[int, int]:
+    """(mhlo.num_partitions, mhlo.num_replicas) of the enclosing module, default 1."""
+    parent = op
+    while parent is not None and parent.name != "builtin.module":
+        parent = parent.parent
+    attrs = parent.attributes if parent is not None else {}
+
+    def read(name: str) -> int:
+        return ir.IntegerAttr(attrs[name]).value if name in attrs else 1
+
+    return read("mhlo.num_partitions"), read("mhlo.num_replicas")
+
+
+def _groups(attr: ir.Attribute) -> list[list[int]]:
+    if not isinstance(attr, ir.DenseIntElementsAttr):
+        raise Unsupported("replica groups given as mesh axes")
+    array = np.array(attr, dtype=np.int64)
+    if array.size == 0:
+        return []
+    return array.reshape(array.shape[0], -1).tolist()
+
+
+def _check_partition(groups: list[list[int]], num_ids: int) -> None:
+    ids = [d for g in groups for d in g]
+    if any(d < 0 for d in ids):
+        raise Unsupported("replica groups padded with -1")
+    if sorted(ids) != list(range(num_ids)):
+        raise Unsupported(f"replica groups do not partition the {num_ids} device ids")
+    if len(groups[0]) < 2:
+        raise Unsupported("group size 1: nothing to overlap")

@@ -1,0 +1,42 @@
+"""The one place that touches private or version-specific jax/jaxlib paths.
+
+Everything else imports the MLIR bindings' rewrite API, the IR context factory and
+the JAX-internal hooks (Lowered rebuilding, Exported serialization) from here.
+"""
+from __future__ import annotations
+
+import copy
+
+from jaxlib.mlir import ir
+from jaxlib.mlir._mlir_libs._mlir import rewrite as _rewrite
+
+RewritePatternSet = _rewrite.RewritePatternSet
+GreedyRewriteConfig = _rewrite.GreedyRewriteConfig
+GreedySimplifyRegionLevel = _rewrite.GreedySimplifyRegionLevel
+apply_patterns_and_fold_greedily = _rewrite.apply_patterns_and_fold_greedily
+
+
+def make_context() -> ir.Context:
+    """An MLIR context with every dialect JAX emits (stablehlo, sdy, chlo, func, ...)."""
+    from jax._src.interpreters import mlir as jax_mlir
+
+    return jax_mlir.make_ir_context()
+
+
+def replace_lowered_module(lowered, module: ir.Module):
+    """A new `jax.stages.Lowered` that compiles `module` instead of `lowered`'s own."""
+    import jax
+
+    lowering = copy.copy(lowered._lowering)
+    lowering._hlo = module
+    lowering._executable = None
+    return jax.stages.Lowered(
+        lowering, lowered.args_info, lowered.out_tree, lowered._no_kwargs,
+        lowered._in_types, lowered._out_types)
+
+
+def serialize_for_export(module: ir.Module) -> bytes:
+    """Serialize as JAX does for `Exported.mlir_module_serialized` (portable artifact)."""
+    from jax._src.export import _export
+
+    return _export._module_to_bytecode(module)

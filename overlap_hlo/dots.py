@@ -1,0 +1,53 @@
+"""Dimension bookkeeping for `stablehlo.dot_general`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+
+@dataclass(frozen=True)
+class DotDims:
+    """Batch and contracting dims of both operands, and their ranks."""
+
+    batch: tuple[tuple[int, ...], tuple[int, ...]]
+    contracting: tuple[tuple[int, ...], tuple[int, ...]]
+    ranks: tuple[int, int]
+
+    @classmethod
+    def of(cls, dot: ir.Operation) -> DotDims:
+        dn = stablehlo.DotDimensionNumbers(dot.attributes["dot_dimension_numbers"])
+        return cls(
+            (tuple(dn.lhs_batching_dimensions), tuple(dn.rhs_batching_dimensions)),
+            (tuple(dn.lhs_contracting_dimensions), tuple(dn.rhs_contracting_dimensions)),
+            (dot.operands[0].type.rank, dot.operands[1].type.rank))
+
+    def free(self, operand: int) -> list[int]:
+        used = set(self.batch[operand]) | set(self.contracting[operand])
+        return [d for d in range(self.ranks[operand]) if d not in used]
+
+    def classify(self, operand: int, dim: int) -> tuple[str, int | None, int | None]:
+        """Where `dim` of operand `operand` goes: (kind, result dim, other operand's dim).
+
+        kind is "batch", "contracting" or "free"; contracting dims have no result dim,
+        free dims no paired dim in the other operand.
+        """
+        other = 1 - operand
+        if dim in self.contracting[operand]:
+            i = self.contracting[operand].index(dim)
+            return "contracting", None, self.contracting[other][i]
+        if dim in self.batch[operand]:
+            i = self.batch[operand].index(dim)
+            return "batch", i, self.batch[other][i]
+        offset = len(self.batch[0]) + (len(self.free(0)) if operand == 1 else 0)
+        return "free", offset + self.free(operand).index(dim), None
+
+    def result_source(self, result_dim: int) -> list[tuple[int, int]]:
+        """The (operand, dim) pairs that produce `result_dim` of the dot's result."""
+        nb, nfree0 = len(self.batch[0]), len(self.free(0))
+        if result_dim < nb:
+            return [(0, self.batch[0][result_dim]), (1, self.batch[1][result_dim])]
+        if result_dim < nb + nfree0:
+            return [(0, self.free(0)[result_dim - nb])]
+        return [(1, self.free(1)[result_dim - nb - nfree0])]

@@ -1,0 +1,108 @@
+"""overlap-matmul-reduce-scatter: dot_general -> reduce_scatter(add) as a ring.
+
+Every device holds a partial dot result R_q; ring position p must end with the sum
+over q of block p of R_q along the scatter dim. Instead of the data, the accumulator
+travels the ring: at step k a device computes only block j = (p + k + 1) mod N of its
+own product (slicing the operand, or both operands for a batch dim, that produces the
+scatter dim) and adds it to the accumulator it just received. After the remaining
+N-1-k shifts that accumulator sits at the device that owns block j.
+
+Step 0 is peeled (no permute); the loop runs steps 1..N-1, each permuting the
+previous accumulator while computing its own partial dot, so the permute neither
+feeds nor reads that step's dot. The accumulator keeps the reduce_scatter's element
+type, so the bytes on the wire are those of the original collective.
+
+Example:
+  overlap-opt --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0})' in.mlir
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from overlap_hlo import builders as b
+from overlap_hlo.collectives import Ring, Unsupported
+from overlap_hlo.dots import DotDims
+from overlap_hlo.rewrite_pass import NoMatch, RewritePass, require_supported_types
+
+
+@dataclass(frozen=True)
+class OverlapMatmulReduceScatter(RewritePass):
+    """Decompose dot_general -> reduce_scatter into a collective_permute loop."""
+
+    name = "overlap-matmul-reduce-scatter"
+    root = stablehlo.ReduceScatterOp
+    summary = "dot_general feeding reduce_scatter(add) -> loop of partial dots + permutes"
+
+    def rewrite_site(self, op, rewriter, channels) -> str:
+        scatter = op.operation
+        producer = scatter.operands[0].owner
+        if not isinstance(producer, ir.Operation):
+            producer = getattr(producer, "operation", None)
+        if producer is None or producer.name != "stablehlo.dot_general":
+            raise NoMatch
+        dot = producer
+        if not is_add_reduction(scatter.regions[0]):
+            raise Unsupported("reduction is not a plain add")
+        if len(list(dot.results[0].uses)) != 1:
+            raise Unsupported("the dot result has users other than the reduce_scatter")
+        ring = Ring.from_collective(scatter)
+        result_type = scatter.results[0].type
+        require_supported_types(result_type, dot.results[0].type,
+                                *(operand.type for operand in dot.operands))
+        self.check_size(dot.results[0].type)
+        dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value
+        block = result_type.shape[dim]
+        if block * ring.size != dot.results[0].type.shape[dim]:
+            raise Unsupported(f"scatter dim {dot.results[0].type.shape[dim]} is not "
+                              f"{ring.size} x {block}")
+        sliced = DotDims.of(dot).result_source(dim)
+        source = "batch" if len(sliced) == 2 else f"free dim of operand {sliced[0][0]}"
+        detail = (f"{dot.results[0].type} scattered on dim {dim} ({source}) "
+                  f"over groups of {ring.size}")
+        with ir.InsertionPoint(scatter), scatter.location:
+            result = emit_loop(dot, sliced, block, ring, result_type, channels())
+        rewriter.replace_op(scatter, [result])
+        rewriter.erase_op(dot)
+        return detail
+
+
+def is_add_reduction(region: ir.Region) -> bool:
+    """The region is `return add(arg0, arg1)` (either argument order)."""
+    block = region.blocks[0]
+    ops = [op.operation for op in block.operations]
+    if len(ops) != 2 or ops[0].name != "stablehlo.add" or ops[1].name != "stablehlo.return":
+        return False
+    args = list(block.arguments)
+    operands = list(ops[0].operands)
+    return (len(args) == 2 and ops[1].operands[0] == ops[0].results[0]
+            and (operands == args or operands == args[::-1]))
+
+
+def emit_loop(dot: ir.Operation, sliced: list[tuple[int, int]], block: int, ring: Ring,
+              result_type: ir.RankedTensorType, channel: int) -> ir.Value:
+    """The loop replacing reduce_scatter(dot), built at the current insertion point."""
+    n = ring.size
+    pairs = ring.shift_pairs()
+    permute_channel = channel if ring.uses_channel else None
+
+    def part(shift, lhs, rhs, position):
+        """This device's share of block (p + shift) mod N of the dot result."""
+        offset = b.block_offset(position, shift, n, block)
+        operands = [lhs, rhs]
+        for index, dim in sliced:
+            operands[index] = b.slice_dim(operands[index], dim, offset, block)
+        return b.dot_like(dot, *operands, result_type)
+
+    def body(k, carried, invariants):
+        (acc,) = carried
+        moved = b.collective_permute(acc, pairs, permute_channel)
+        return [b.add(moved, part(b.add(k, b.scalar_i32(1)), *invariants))]
+
+    position = b.table_lookup(ring.position_table(), b.device_id(ring.kind))
+    lhs, rhs = dot.operands
+    first = part(1, lhs, rhs, position)  # step 0: block p + 1
+    (acc,) = b.counted_loop(1, n, [first], [lhs, rhs, position], body)
+    return acc
