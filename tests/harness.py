@@ -1,0 +1,119 @@
+"""Differential harness: run a shard_map program before and after the rewrite.
+
+`check(program)` lowers the jitted program (Shardy or GSPMD export form), rewrites a
+copy with overlap_hlo, compiles both, runs them on the 8 host CPU devices with the
+same random inputs and compares. It also checks the structure that makes the rewrite
+worth having: the expected collectives are gone and collective_permute loops exist.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import overlap_hlo
+from jaxlib.mlir import ir
+
+
+@dataclass
+class Program:
+    """A function over a mesh, its inputs (shape, PartitionSpec) and output specs."""
+
+    fn: object
+    mesh_shape: tuple[int, ...]
+    axes: tuple[str, ...]
+    inputs: list[tuple[tuple[int, ...], P]]
+    out_specs: object
+    dtype: object = jnp.float32
+    shard_mapped: bool = True
+    options: dict = field(default_factory=dict)
+
+    def mesh(self):
+        return jax.make_mesh(self.mesh_shape, self.axes)
+
+    def jitted(self):
+        mesh = self.mesh()
+        fn = self.fn
+        if self.shard_mapped:
+            fn = jax.shard_map(fn, mesh=mesh, in_specs=tuple(s for _, s in self.inputs),
+                               out_specs=self.out_specs, check_vma=False)
+        return jax.jit(fn)
+
+    def args(self, seed: int = 0):
+        mesh = self.mesh()
+        rng = np.random.default_rng(seed)
+        return [jax.device_put(jnp.asarray(rng.standard_normal(shape), self.dtype),
+                               NamedSharding(mesh, spec)) for shape, spec in self.inputs]
+
+
+@contextlib.contextmanager
+def partitioner(shardy: bool):
+    previous = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", shardy)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", previous)
+
+
+def op_counts(module: ir.Module) -> Counter:
+    counts = Counter()
+
+    def visit(op):
+        counts[op.name] += 1
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return counts
+
+
+def assert_close(got, want, dtype) -> None:
+    """fp32 to rounding; narrower types to a few ulps of the output's scale."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    scale = float(np.max(np.abs(want))) if want.size else 1.0
+    if dtype == jnp.float32:
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6 * scale)
+    else:
+        eps = float(jnp.finfo(dtype).eps) if jnp.issubdtype(dtype, jnp.floating) else 0.0
+        np.testing.assert_allclose(got, want, rtol=4 * eps, atol=4 * eps * scale)
+
+
+def check(program: Program, *, shardy: bool = True, rewritten: int = 1,
+          left: Counter | None = None, pipeline: str = overlap_hlo.DEFAULT_PIPELINE):
+    """Rewrite `program`, compare numerics, and return the rewritten op counts.
+
+    `rewritten` is how many sites must be rewritten; `left` maps op names to how
+    many of them must remain (all_gather / reduce_scatter not rewritten).
+    """
+    with partitioner(shardy):
+        lowered = program.jitted().lower(*program.args())
+        before = lowered.as_text()
+        new = overlap_hlo.rewrite_lowered(lowered, pipeline, threshold_mib=0)
+        assert lowered.as_text() == before, "the rewrite mutated JAX's cached module"
+        module = new.compiler_ir("stablehlo")
+        counts = op_counts(module)
+        sites = overlap_hlo.rewrite_module(overlap_hlo.parse(before), pipeline,
+                                           threshold_mib=0)
+        applied = [s for s in sites if s.applied]
+        assert len(applied) == rewritten, [s.format() for s in sites]
+        assert counts["stablehlo.collective_permute"] >= rewritten
+        assert counts["stablehlo.while"] >= rewritten
+        for name, expected in (left or Counter()).items():
+            assert counts[name] == expected, (name, counts)
+        if left is None:
+            assert counts["stablehlo.all_gather"] == 0, counts
+            assert counts["stablehlo.reduce_scatter"] == 0, counts
+        reference, candidate = lowered.compile(), new.compile()
+        for seed in (0, 1):
+            args = program.args(seed)
+            want = jax.tree.leaves(reference(*args))
+            got = jax.tree.leaves(candidate(*args))
+            for w, g in zip(want, got):
+                assert_close(g, w, program.dtype)
+    return counts

@@ -1,0 +1,146 @@
+"""Every pattern variant, run before and after the rewrite on 8 host CPU devices."""
+from collections import Counter
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from harness import Program, check
+
+AG = jax.lax.all_gather
+RS = jax.lax.psum_scatter
+EXPORT_FORMS = [pytest.param(True, id="shardy"), pytest.param(False, id="gspmd")]
+
+
+def ag(axis, dim):
+    return lambda x: AG(x, axis, axis=dim, tiled=True)
+
+
+def rs(axis, dim):
+    return lambda y: RS(y, axis, scatter_dimension=dim, tiled=True)
+
+
+# name -> (fn, inputs, out_specs); mesh (4, 2) with axes ("x", "y").
+GATHER_CASES = {
+    # free dim of the lhs: sequence-parallel activations gathered before a matmul
+    "free-lhs": (lambda x, w: ag("x", 0)(x) @ w,
+                 [((64, 32), P("x")), ((32, 24), P())], P()),
+    # free dim of the rhs
+    "free-rhs": (lambda w, x: jnp.einsum("kd,nd->kn", w, ag("x", 0)(x)),
+                 [((24, 32), P()), ((64, 32), P("x"))], P()),
+    # contracting dim of the lhs
+    "contracting-lhs": (lambda x, w: ag("x", 1)(x) @ w,
+                        [((16, 64), P(None, "x")), ((64, 24), P())], P()),
+    # contracting dim of the rhs (FSDP-style gathered weight)
+    "contracting-rhs": (lambda x, w: x @ ag("x", 0)(w),
+                        [((16, 64), P()), ((64, 24), P("x"))], P()),
+    # free dim of a gathered weight (the rhs)
+    "weight-free-rhs": (lambda x, w: x @ ag("x", 1)(w),
+                        [((16, 32), P()), ((32, 64), P(None, "x"))], P()),
+    # batch dim of the lhs
+    "batch-lhs": (lambda x, w: jnp.einsum("bij,bjk->bik", ag("x", 0)(x), w),
+                  [((8, 16, 32), P("x")), ((8, 32, 24), P())], P()),
+    # batch dim of the rhs, batch not leading in the operand
+    "batch-rhs": (lambda w, x: jnp.einsum("bij,jbk->bik", w, ag("x", 1)(x)),
+                  [((8, 16, 32), P()), ((32, 8, 24), P(None, "x"))], P()),
+}
+
+SCATTER_CASES = {
+    "free-lhs": (lambda x, w: rs("x", 0)(x @ w),
+                 [((64, 32), P(None, "x")), ((32, 24), P("x"))], P("x")),
+    "free-rhs": (lambda x, w: rs("x", 1)(x @ w),
+                 [((24, 32), P(None, "x")), ((32, 64), P("x"))], P(None, "x")),
+    "batch": (lambda x, w: rs("x", 0)(jnp.einsum("bij,bjk->bik", x, w)),
+              [((8, 16, 32), P(None, None, "x")), ((8, 32, 24), P(None, "x"))], P("x")),
+    "batched-free-rhs": (lambda x, w: rs("x", 2)(jnp.einsum("bij,bjk->bik", x, w)),
+                         [((8, 16, 32), P(None, None, "x")), ((8, 32, 64), P(None, "x"))],
+                         P(None, None, "x")),
+}
+
+
+@pytest.mark.parametrize("shardy", EXPORT_FORMS)
+@pytest.mark.parametrize("case", sorted(GATHER_CASES))
+def test_all_gather_matmul(case, shardy):
+    fn, inputs, out_specs = GATHER_CASES[case]
+    check(Program(fn, (4, 2), ("x", "y"), inputs, out_specs), shardy=shardy)
+
+
+@pytest.mark.parametrize("shardy", EXPORT_FORMS)
+@pytest.mark.parametrize("case", sorted(SCATTER_CASES))
+def test_matmul_reduce_scatter(case, shardy):
+    fn, inputs, out_specs = SCATTER_CASES[case]
+    check(Program(fn, (4, 2), ("x", "y"), inputs, out_specs), shardy=shardy)
+
+
+# Group layouts: one group of 8, strided groups, contiguous pairs, 3-D mesh, two axes.
+LAYOUTS = {
+    "one-group-8": ((8,), ("x",), "x"),
+    "strided-4": ((4, 2), ("x", "y"), "x"),
+    "contiguous-2": ((4, 2), ("x", "y"), "y"),
+    "3d-middle-axis": ((2, 2, 2), ("x", "y", "z"), "y"),
+    "two-axes": ((2, 2, 2), ("x", "y", "z"), ("x", "z")),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_group_layouts(layout):
+    mesh_shape, axes, axis = LAYOUTS[layout]
+
+    def mlp(x, w1, w2):
+        h = AG(x, axis, axis=0, tiled=True) @ w1
+        return RS(jax.nn.relu(h) @ w2, axis, scatter_dimension=0, tiled=True)
+
+    inputs = [((64, 32), P(axis)), ((32, 48), P(None, axis)), ((48, 32), P(axis))]
+    check(Program(mlp, mesh_shape, axes, inputs, P(axis)), rewritten=2)
+
+
+@pytest.mark.parametrize("shardy", EXPORT_FORMS)
+def test_sequence_parallel_mlp_bf16(shardy):
+    def mlp(x, w1, w2):
+        h = ag("x", 0)(x) @ w1
+        return rs("x", 0)(jax.nn.gelu(h) @ w2)
+
+    inputs = [((64, 32), P("x")), ((32, 64), P(None, "x")), ((64, 32), P("x"))]
+    check(Program(mlp, (4, 2), ("x", "y"), inputs, P("x"), dtype=jnp.bfloat16),
+          shardy=shardy, rewritten=2)
+
+
+def test_gated_mlp_one_gather_two_dots():
+    def gated(x, wg, wu, wd):
+        g = ag("x", 0)(x)
+        h = jax.nn.silu(g @ wg) * (g @ wu)
+        return rs("x", 0)(h @ wd)
+
+    inputs = [((64, 32), P("x")), ((32, 48), P(None, "x")), ((32, 48), P(None, "x")),
+              ((48, 32), P("x"))]
+    counts = check(Program(gated, (4, 2), ("x", "y"), inputs, P("x")), rewritten=2)
+    assert counts["stablehlo.while"] == 3  # one loop per dot for now, plus the scatter
+
+
+def test_gather_with_other_users_keeps_them():
+    def fn(x, w):
+        g = ag("x", 0)(x)
+        return g @ w + g.sum()
+
+    inputs = [((64, 32), P("x")), ((32, 32), P())]
+    check(Program(fn, (4, 2), ("x", "y"), inputs, P()),
+          left=Counter({"stablehlo.all_gather": 1}))
+
+
+def test_integer_dot():
+    def fn(x, w):
+        return ag("x", 0)(x) @ w
+
+    prog = Program(fn, (4, 2), ("x", "y"), [((64, 32), P("x")), ((32, 16), P())], P(),
+                   dtype=jnp.int32)
+    check(prog)
+
+
+def test_gather_and_scatter_on_the_same_dot():
+    def fn(x, w):
+        return rs("x", 1)(ag("x", 0)(x) @ w)
+
+    inputs = [((64, 32), P("x")), ((32, 64), P())]
+    check(Program(fn, (4, 2), ("x", "y"), inputs, P(None, "x")), rewritten=1,
+          left=Counter({"stablehlo.reduce_scatter": 1, "stablehlo.all_gather": 0}))
