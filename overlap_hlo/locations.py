@@ -6,6 +6,9 @@ from jaxlib.mlir import ir
 
 def file_line_col(loc: ir.Location) -> ir.FileLineColLoc | None:
     """The first file location inside `loc` (through names, call sites, fusions)."""
+    if type(loc) is ir.Location:
+        # Diagnostics hand out plain `ir.Location`s; get the concrete location class.
+        loc = ir.Location.from_attr(loc.attr, loc.context)
     if isinstance(loc, ir.FileLineColLoc):
         return loc
     if isinstance(loc, ir.NameLoc):
