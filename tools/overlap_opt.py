@@ -1,0 +1,446 @@
+"""overlap-opt: run the overlap passes on StableHLO modules, as mlir-opt would.
+
+    overlap-opt [INPUT|-] [-o OUTPUT] [--pass-pipeline='builtin.module(...)'] ...
+
+Reads MLIR text or bytecode (stdin by default), runs the pipeline
+(`overlap_hlo.DEFAULT_PIPELINE` unless --pass-pipeline says otherwise) and writes the
+module (stdout by default). Exit status: 0 success; 1 failure (unreadable or malformed
+input, a pass or the verifier failed, diagnostics not as expected, output not
+writable); 2 usage error (bad flag, unknown pass or pass option).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import math
+import os
+import stat
+import sys
+import tempfile
+import traceback
+from dataclasses import MISSING, dataclass
+from typing import Callable
+
+from jaxlib.mlir import ir
+
+import overlap_hlo
+from overlap_hlo import compat
+from overlap_hlo.locations import describe, file_line_col
+from overlap_hlo.pipeline import PipelineError, build_pass_manager, registered_passes
+from overlap_hlo.rewrite_pass import Site, SiteLog
+
+from .verify_diagnostics import Diagnostic, parse_expectations, verify
+
+PROG = "overlap-opt"
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+SPLIT_MARKER = "// -----"
+BYTECODE_MAGIC = b"ML\xefR"
+STDIN_NAME = "<stdin>"
+
+# Help for pass options whose dataclass field carries no `metadata["help"]`.
+_OPTION_HELP = {
+    "threshold-mib": "leave a site unchanged when its communicated tensor is smaller "
+                     "than this many MiB",
+}
+
+
+class CliError(Exception):
+    """Reported as one `overlap-opt: error: ...` line; ends the run with `exit_code`."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILURE):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.emit_bytecode and args.split_input_file:
+            parser.error("--emit-bytecode cannot be combined with --split-input-file")
+    except SystemExit as done:  # --help, --version, or a usage error argparse reported
+        return EXIT_OK if done.code is None else int(done.code)
+    try:
+        return Driver(args).run()
+    except CliError as err:
+        _error(str(err))
+        return err.exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, allow_abbrev=False,
+        description="Overlap all_gather->dot_general and dot_general->reduce_scatter "
+                    "in StableHLO with collective_permute loops.",
+        epilog="Exit status: 0 success, 1 failure, 2 usage error.")
+    parser.add_argument("input", nargs="?", default="-", metavar="INPUT",
+                        help="MLIR text or bytecode file; '-' (the default) reads stdin")
+    parser.add_argument("-o", dest="output", default="-", metavar="OUTPUT",
+                        help="output file, written only on success; '-' (the default) "
+                             "is stdout")
+    parser.add_argument("--pass-pipeline", default=overlap_hlo.DEFAULT_PIPELINE,
+                        metavar="PIPELINE",
+                        help="pipeline such as 'builtin.module(overlap-all-gather-matmul"
+                             "{threshold-mib=4},canonicalize,cse)' (default: "
+                             "%(default)s)")
+    parser.add_argument("--threshold-mib", type=_threshold, default=None, metavar="MIB",
+                        help="threshold-mib of every overlap pass the pipeline text "
+                             "leaves unset: sites communicating less are left unchanged "
+                             f"(default: {overlap_hlo.DEFAULT_THRESHOLD_MIB:g})")
+    parser.add_argument("--remarks", action="store_true",
+                        help="report every candidate site and whether it was rewritten")
+    parser.add_argument("--split-input-file", action="store_true",
+                        help=f"process each chunk between '{SPLIT_MARKER}' lines on its own")
+    parser.add_argument("--verify-diagnostics", action="store_true",
+                        help="check diagnostics against '// expected-error {{...}}' "
+                             "comments in the input")
+    parser.add_argument("--verify-each", nargs="?", const=True, type=_boolean,
+                        metavar="BOOL",
+                        help="run the verifier after each pass (default: true)")
+    parser.add_argument("--no-verify-each", dest="verify_each", action="store_false",
+                        help="same as --verify-each=false")
+    parser.add_argument("--emit-bytecode", action="store_true",
+                        help="write MLIR bytecode instead of text")
+    parser.add_argument("--mlir-print-debuginfo", action="store_true",
+                        help="print locations in the output")
+    parser.add_argument("--mlir-print-ir-before-all", action="store_true",
+                        help="print the IR before each pass (to stderr)")
+    parser.add_argument("--mlir-print-ir-after-all", action="store_true",
+                        help="print the IR after each pass (to stderr)")
+    parser.add_argument("--mlir-timing", action="store_true",
+                        help="report the time each pass took (to stderr)")
+    parser.add_argument("--list-passes", action="store_true",
+                        help="list the overlap passes and their options, then exit")
+    parser.add_argument("--version", action="version", version=_version())
+    parser.set_defaults(verify_each=True)
+    return parser
+
+
+def _threshold(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if math.isnan(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"'{text}' must be a number >= 0")
+    return value
+
+
+def _boolean(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "1", "on"):
+        return True
+    if lowered in ("false", "0", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"'{text}' is not true or false")
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    import jaxlib
+
+    try:
+        ours = metadata.version("overlap-hlo")
+    except metadata.PackageNotFoundError:
+        ours = "unknown"
+    return f"{PROG} (overlap-hlo {ours}, jaxlib {jaxlib.__version__})"
+
+
+def _error(message: str) -> None:
+    print(f"{PROG}: error: {message.rstrip()}", file=sys.stderr, flush=True)
+
+
+def list_passes() -> str:
+    lines = ["Overlap passes (name them in --pass-pipeline='builtin.module(...)'):"]
+    for name, cls in registered_passes().items():
+        lines += [f"  {name}", f"      {cls.summary}"]
+        doc = inspect.getdoc(cls) or ""
+        lines += [f"      {line}" for line in doc.split("\n\n")[0].splitlines()]
+        lines.append("      Options:")
+        for option, spec in cls.options().items():
+            kind = spec.type if isinstance(spec.type, str) else spec.type.__name__
+            default = "required" if spec.default is MISSING else f"default: {spec.default}"
+            lines.append(f"        {option}=<{kind}>  ({default})")
+            help_text = spec.metadata.get("help") or _OPTION_HELP.get(option)
+            if help_text:
+                lines.append(f"            {help_text}")
+    lines += [
+        "Upstream MLIR passes such as canonicalize and cse can be used in --pass-pipeline",
+        "too, e.g. --pass-pipeline='builtin.module(overlap-all-gather-matmul"
+        "{threshold-mib=0},canonicalize,cse)'.",
+        f"Default pipeline: {overlap_hlo.DEFAULT_PIPELINE}",
+        f"--threshold-mib sets threshold-mib for every overlap pass "
+        f"(default: {overlap_hlo.DEFAULT_THRESHOLD_MIB:g}).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class ReportingSiteLog(SiteLog):
+    """A SiteLog that also hands every new site, with the op's location, to `report`."""
+
+    report: Callable[[Site, ir.Location], None] | None = None
+
+    def add(self, op: ir.Operation, pattern: str, applied: bool, detail: str) -> None:
+        count = len(self.sites)
+        location = op.location
+        super().add(op, pattern, applied, detail)
+        if len(self.sites) > count and self.report is not None:
+            self.report(self.sites[-1], location)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    source: str | bytes   # text prefixed with newlines so lines keep their numbers
+    text: str             # the same text, for the expected-* comments ("" for bytecode)
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    ok: bool
+    output: bytes | None  # the printed module, when the pipeline succeeded
+
+
+class Driver:
+    """One run of the tool: read, split, parse, run the pipeline, report, write."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.input_name = STDIN_NAME if args.input == "-" else args.input
+        self.defaults = ({} if args.threshold_mib is None
+                         else {"threshold-mib": repr(args.threshold_mib)})
+        self.diagnostics: list[Diagnostic] = []
+        self.context: ir.Context | None = None
+
+    def run(self) -> int:
+        if self.args.list_passes:
+            sys.stdout.write(list_passes())
+            return EXIT_OK
+        self.context = compat.make_context()
+        handler = self.context.attach_diagnostic_handler(self._on_diagnostic)
+        try:
+            self._check_pipeline()
+            self._check_output_path()
+            results = [self._process(chunk) for chunk in self._chunks(self._read_input())]
+        finally:
+            handler.detach()
+        ok = all(result.ok for result in results)
+        outputs = [result.output for result in results if result.output is not None]
+        if ok or self.args.output == "-":  # a failed run never touches an output file
+            separator = f"{SPLIT_MARKER}\n".encode()
+            self._write(separator.join(outputs))
+        return EXIT_OK if ok else EXIT_FAILURE
+
+    # Input and output.
+
+    def _check_pipeline(self) -> None:
+        try:
+            build_pass_manager(self.args.pass_pipeline, SiteLog(), self.defaults,
+                               self.context)
+        except PipelineError as err:
+            raise CliError(str(err), EXIT_USAGE) from None
+
+    def _check_output_path(self) -> None:
+        path = self.args.output
+        if path == "-":
+            return
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise CliError(f"cannot write '{path}': directory '{os.path.dirname(path)}' "
+                           "does not exist")
+        if os.path.isdir(path):
+            raise CliError(f"cannot write '{path}': it is a directory")
+
+    def _read_input(self) -> bytes:
+        if self.args.input == "-":
+            stream = getattr(sys.stdin, "buffer", None)
+            return stream.read() if stream is not None else sys.stdin.read().encode()
+        try:
+            with open(self.args.input, "rb") as file:
+                return file.read()
+        except OSError as err:
+            raise CliError(f"cannot read '{self.args.input}': "
+                           f"{err.strerror or err}") from None
+
+    def _chunks(self, data: bytes) -> list[Chunk]:
+        if data.startswith(BYTECODE_MAGIC):
+            return [Chunk(data, "")]
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CliError(f"'{self.input_name}' is neither UTF-8 text nor MLIR "
+                           "bytecode") from None
+        if not self.args.split_input_file:
+            return [Chunk(text, text)]
+        chunks, current, start = [], [], 0
+        lines = text.splitlines(keepends=True)
+        for number, line in enumerate(lines):
+            if line.rstrip("\r\n") == SPLIT_MARKER:
+                chunks.append((start, current))
+                current, start = [], number + 1
+            else:
+                current.append(line)
+        chunks.append((start, current))
+        result = []
+        for start, chunk_lines in chunks:
+            source = "\n" * start + "".join(chunk_lines)
+            result.append(Chunk(source, source))
+        return result
+
+    def _write(self, payload: bytes) -> None:
+        if self.args.output == "-":
+            self._write_stdout(payload)
+            return
+        path = self.args.output
+        try:
+            mode = (stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path)
+                    else 0o666 & ~_umask())
+            fd, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                                             prefix=f".{os.path.basename(path)}.",
+                                             suffix=".tmp")
+        except OSError as err:
+            raise CliError(f"cannot write '{path}': {err.strerror or err}") from None
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(payload)
+            os.chmod(temporary, mode)
+            os.replace(temporary, path)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise CliError(f"cannot write '{path}': {err.strerror or err}") from None
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+
+    def _write_stdout(self, payload: bytes) -> None:
+        sys.stdout.flush()
+        stream = getattr(sys.stdout, "buffer", None)
+        try:
+            if stream is not None:
+                stream.write(payload)
+                stream.flush()
+            elif self.args.emit_bytecode:
+                raise CliError("stdout does not accept bytes; use -o to write bytecode")
+            else:
+                sys.stdout.write(payload.decode("utf-8"))
+                sys.stdout.flush()
+        except BrokenPipeError:
+            # The reader went away (`overlap-opt x.mlir | head`): say nothing more.
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+    # One chunk.
+
+    def _process(self, chunk: Chunk) -> ChunkResult:
+        self.diagnostics = []
+        output = None
+        with self.context:
+            try:
+                module = overlap_hlo.parse(chunk.source, self.context)
+            except ir.MLIRError as err:
+                self._add_mlir_error(err)
+            else:
+                if self._run_pipeline(module):
+                    output = self._print(module)
+        failed = any(d.severity == "error" for d in self.diagnostics)
+        if self.args.verify_diagnostics:
+            expectations = parse_expectations(chunk.text, self.input_name)
+            problems = verify(self.diagnostics, expectations)
+            for problem in problems:
+                print(problem, file=sys.stderr)
+            ok = not problems
+        else:
+            for diagnostic in self.diagnostics:
+                self._print_diagnostic(diagnostic)
+            ok = not failed
+        sys.stderr.flush()
+        return ChunkResult(ok, None if failed else output)
+
+    def _run_pipeline(self, module: ir.Module) -> bool:
+        log = ReportingSiteLog(input_name=self.input_name,
+                               report=self._on_site if self.args.remarks else None)
+        pm = build_pass_manager(self.args.pass_pipeline, log, self.defaults, self.context)
+        pm.enable_verifier(self.args.verify_each)
+        if self.args.mlir_print_ir_before_all or self.args.mlir_print_ir_after_all:
+            pm.enable_ir_printing(print_before_all=self.args.mlir_print_ir_before_all,
+                                  print_after_all=self.args.mlir_print_ir_after_all)
+        if self.args.mlir_timing:
+            pm.enable_timing()
+        try:
+            pm.run(module.operation)
+            return True
+        except ir.MLIRError as err:
+            self._add_mlir_error(err)
+            return False
+        except Exception as err:  # a bug in a pass, not in the input
+            print(f"{PROG}: internal error while running the pipeline (please report "
+                  f"it):\n{traceback.format_exc()}", file=sys.stderr, end="")
+            self.diagnostics.append(Diagnostic(
+                "error", f"internal error: {type(err).__name__}: {err}",
+                self.input_name, None))
+            return False
+        finally:
+            del pm  # the timing report is printed when the PassManager goes away
+
+    def _print(self, module: ir.Module) -> bytes:
+        if self.args.emit_bytecode:
+            return overlap_hlo.serialize(module, bytecode=True)
+        # Without --verify-each the module may be invalid: let the printer check it
+        # and fall back to the generic form instead of crashing.
+        text = module.operation.get_asm(enable_debug_info=self.args.mlir_print_debuginfo,
+                                        assume_verified=self.args.verify_each)
+        return text.encode("utf-8")
+
+    # Diagnostics.
+
+    def _line(self, location: ir.Location) -> int | None:
+        flc = file_line_col(location)
+        if flc is None or flc.filename not in ("-", "", self.input_name):
+            return None
+        return flc.start_line
+
+    def _convert(self, diagnostic) -> Diagnostic:
+        return Diagnostic(
+            diagnostic.severity.name.lower(), diagnostic.message.strip(),
+            describe(diagnostic.location, self.input_name),
+            self._line(diagnostic.location),
+            tuple(self._convert(note) for note in diagnostic.notes))
+
+    def _add_mlir_error(self, err: ir.MLIRError) -> None:
+        if not err.error_diagnostics:
+            self.diagnostics.append(Diagnostic("error", err.message, self.input_name, None))
+        self.diagnostics.extend(self._convert(d) for d in err.error_diagnostics)
+
+    def _on_diagnostic(self, diagnostic) -> bool:
+        """Warnings and remarks MLIR emits outside a parse or a pass-manager run."""
+        try:
+            self.diagnostics.append(self._convert(diagnostic))
+        except Exception:  # never let an exception cross into MLIR
+            return False
+        return True
+
+    def _on_site(self, site: Site, location: ir.Location) -> None:
+        prefix = f"{site.location}: remark: "
+        message = site.format()
+        message = message[len(prefix):] if message.startswith(prefix) else message
+        self.diagnostics.append(Diagnostic("remark", message, site.location,
+                                           self._line(location)))
+
+    def _print_diagnostic(self, diagnostic: Diagnostic) -> None:
+        print(diagnostic.format(), file=sys.stderr)
+        for note in diagnostic.notes:
+            self._print_diagnostic(note)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+if __name__ == "__main__":
+    sys.exit(main())
