@@ -55,6 +55,10 @@ class CliError(Exception):
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # Boolean flags read as in mlir-opt: a bare `--verify-each` means true and a value
+    # comes only after "=", so `--verify-each input.mlir` keeps input.mlir an input.
+    argv = ["--verify-each=true" if arg == "--verify-each" else arg for arg in argv]
     try:
         args = parser.parse_args(argv)
         if args.emit_bytecode and args.split_input_file:
@@ -87,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threshold-mib", type=_threshold, default=None, metavar="MIB",
                         help="threshold-mib of every overlap pass the pipeline text "
                              "leaves unset: sites communicating less are left unchanged "
-                             f"(default: {overlap_hlo.DEFAULT_THRESHOLD_MIB:g})")
+                             f"(default: {overlap_hlo.DEFAULT_THRESHOLD_MIB:g} MiB)")
     parser.add_argument("--remarks", action="store_true",
                         help="report every candidate site and whether it was rewritten")
     parser.add_argument("--split-input-file", action="store_true",
@@ -95,9 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verify-diagnostics", action="store_true",
                         help="check diagnostics against '// expected-error {{...}}' "
                              "comments in the input")
-    parser.add_argument("--verify-each", nargs="?", const=True, type=_boolean,
-                        metavar="BOOL",
-                        help="run the verifier after each pass (default: true)")
+    parser.add_argument("--verify-each", type=_boolean, metavar="BOOL",
+                        help="run the verifier after each pass: true (the default; "
+                             "also a bare --verify-each) or false")
     parser.add_argument("--no-verify-each", dest="verify_each", action="store_false",
                         help="same as --verify-each=false")
     parser.add_argument("--emit-bytecode", action="store_true",
@@ -172,7 +176,7 @@ def list_passes() -> str:
         "{threshold-mib=0},canonicalize,cse)'.",
         f"Default pipeline: {overlap_hlo.DEFAULT_PIPELINE}",
         f"--threshold-mib sets threshold-mib for every overlap pass "
-        f"(default: {overlap_hlo.DEFAULT_THRESHOLD_MIB:g}).",
+        f"(default: {overlap_hlo.DEFAULT_THRESHOLD_MIB:g} MiB).",
     ]
     return "\n".join(lines) + "\n"
 
