@@ -336,8 +336,8 @@ def test_verify_diagnostics_with_remarks(tmp_path, capsys):
     gather = next(i for i, line in enumerate(lines) if '"stablehlo.all_gather"' in line)
     lines.insert(gather, "// expected-remark@+1 {{overlap-all-gather-matmul: rewritten}}")
     scatter = next(i for i, line in enumerate(lines) if '"stablehlo.reduce_scatter"' in line)
-    lines.insert(scatter + 1, "// expected-remark@-1 {{overlap-matmul-reduce-scatter: "
-                              "rewritten: tensor<64x32xf32> scattered on dim 0}}")
+    lines.insert(scatter + 1,
+                 "// expected-remark@-1 {{overlap-matmul-reduce-scatter: rewritten}}")
     path = write(tmp_path, "remarks.mlir", "\n".join(lines) + "\n")
     argv = [str(path), "--verify-diagnostics", "--remarks"]
     assert main(argv + ["--threshold-mib=0"]) == 0
@@ -372,12 +372,10 @@ def test_expectation_designators():
 def test_remarks_report_each_site(capsys):
     assert main([str(SDY), "--remarks", "--threshold-mib=0"]) == 0
     err = lines_of(capsys.readouterr().err)
-    assert err == [
-        f"{SDY}:8:12: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), "
-        "tensor<64x32xf32> gathered over groups of 4",
-        f"{SDY}:12:12: remark: overlap-matmul-reduce-scatter: rewritten: tensor<64x32xf32> "
-        "scattered on dim 0 (free dim of operand 0) over groups of 4",
-    ]
+    assert len(err) == 2
+    assert err[0].startswith(f"{SDY}:8:12: remark: overlap-all-gather-matmul: rewritten: ")
+    assert err[1].startswith(f"{SDY}:12:12: remark: overlap-matmul-reduce-scatter: "
+                             "rewritten: ")
 
 
 def test_remarks_for_sites_left_unchanged(capsys):
@@ -422,13 +420,13 @@ class Crash(RewritePass):
 
 
 @pytest.fixture
-def test_passes(monkeypatch):
+def extra_passes(monkeypatch):
     passes = {**pipeline.registered_passes(), BreakResultType.name: BreakResultType,
               Crash.name: Crash}
     monkeypatch.setattr(pipeline, "registered_passes", lambda: passes)
 
 
-def test_verifier_runs_after_each_pass(test_passes, tmp_path, capsys):
+def test_verifier_runs_after_each_pass(extra_passes, tmp_path, capsys):
     path = write(tmp_path, "f.mlir", SIMPLE)
     output = tmp_path / "out.mlir"
     argv = [str(path), "--pass-pipeline=builtin.module(test-break-result-type)",
@@ -443,7 +441,7 @@ def test_verifier_runs_after_each_pass(test_passes, tmp_path, capsys):
 
 @pytest.mark.parametrize("flag", ["--verify-each=false", "--verify-each=0",
                                   "--no-verify-each"])
-def test_verify_each_off(flag, test_passes, tmp_path, capsys):
+def test_verify_each_off(flag, extra_passes, tmp_path, capsys):
     path = write(tmp_path, "f.mlir", SIMPLE)
     assert main([str(path), "--pass-pipeline=builtin.module(test-break-result-type)",
                  flag]) == 0
@@ -453,7 +451,7 @@ def test_verify_each_off(flag, test_passes, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flags", [[], ["--verify-each=true"], ["--verify-each"]])
-def test_verify_each_is_on_by_default(flags, test_passes, tmp_path, capsys):
+def test_verify_each_is_on_by_default(flags, extra_passes, tmp_path, capsys):
     path = write(tmp_path, "f.mlir", SIMPLE)
     # A bare --verify-each takes no value: the path after it stays the input.
     assert main(flags + [str(path),
@@ -461,7 +459,7 @@ def test_verify_each_is_on_by_default(flags, test_passes, tmp_path, capsys):
     assert "doesn't match function result type" in capsys.readouterr().err
 
 
-def test_crashing_pass_is_an_internal_error(test_passes, tmp_path, capsys):
+def test_crashing_pass_is_an_internal_error(extra_passes, tmp_path, capsys):
     path = write(tmp_path, "f.mlir", SIMPLE)
     output = tmp_path / "out.mlir"
     assert main([str(path), "--pass-pipeline=builtin.module(test-crash)",
