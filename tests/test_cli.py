@@ -8,7 +8,9 @@ from __future__ import annotations
 import io
 import os
 import re
+import stat
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,6 +190,34 @@ def test_output_in_place(tmp_path):
     path = write(tmp_path, "module.mlir", SDY.read_text())
     assert main([str(path), "--threshold-mib=0", "-o", str(path)]) == 0
     assert "stablehlo.collective_permute" in path.read_text()
+
+
+def test_output_through_a_symlink_replaces_its_target(tmp_path):
+    target = write(tmp_path, "real.mlir", "old contents\n")
+    link = tmp_path / "link.mlir"
+    link.symlink_to(target)
+    assert main([str(SDY), "-o", str(link)]) == 0
+    assert link.is_symlink() and "stablehlo.all_gather" in target.read_text()
+
+
+def test_output_to_a_fifo_is_written_into_not_replaced(tmp_path):
+    # Like /dev/null or /dev/stdout: never replace a file that is not a regular one.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()),
+                              daemon=True)
+    reader.start()
+    try:
+        assert main([str(SDY), "-o", str(fifo)]) == 0
+    finally:
+        reader.join(timeout=10)
+        if reader.is_alive():  # main never opened it: let the reader go
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            reader.join(timeout=10)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert b"stablehlo.all_gather" in received[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
 
 
 def test_failed_run_never_clobbers_output(tmp_path, capsys):

@@ -250,7 +250,7 @@ class Driver:
         path = self.args.output
         if path == "-":
             return
-        directory = os.path.dirname(os.path.abspath(path))
+        directory = os.path.dirname(os.path.realpath(path))
         if not os.path.isdir(directory):
             raise CliError(f"cannot write '{path}': directory '{os.path.dirname(path)}' "
                            "does not exist")
@@ -297,24 +297,34 @@ class Driver:
         if self.args.output == "-":
             self._write_stdout(payload)
             return
-        path = self.args.output
         try:
-            mode = (stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path)
-                    else 0o666 & ~_umask())
-            fd, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
-                                             prefix=f".{os.path.basename(path)}.",
-                                             suffix=".tmp")
+            self._write_file(self.args.output, payload)
         except OSError as err:
-            raise CliError(f"cannot write '{path}': {err.strerror or err}") from None
+            raise CliError(f"cannot write '{self.args.output}': "
+                           f"{err.strerror or err}") from None
+
+    @staticmethod
+    def _write_file(path: str, payload: bytes) -> None:
+        """Replace `path` atomically: a temporary file beside it, then os.replace.
+
+        Through a symlink the target is replaced, not the link; a device or a FIFO
+        (/dev/null, /dev/stdout) is written straight into, never replaced.
+        """
+        existing = os.stat(path) if os.path.exists(path) else None
+        if existing is not None and not stat.S_ISREG(existing.st_mode):
+            with open(path, "wb") as file:
+                file.write(payload)
+            return
+        target = os.path.realpath(path)
+        mode = stat.S_IMODE(existing.st_mode) if existing else 0o666 & ~_umask()
+        fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target),
+                                         prefix=f".{os.path.basename(target)}.",
+                                         suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as file:
                 file.write(payload)
             os.chmod(temporary, mode)
-            os.replace(temporary, path)
-        except OSError as err:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise CliError(f"cannot write '{path}': {err.strerror or err}") from None
+            os.replace(temporary, target)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
