@@ -9,7 +9,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import stablehlo
+from jaxlib.mlir.dialects import sdy, stablehlo
+
+from .collectives import Ring
+from .manual import manual_axes_attr
 
 I32 = np.int32
 
@@ -90,6 +93,23 @@ def device_id(kind: str) -> ir.Value:
     """This device's `partition_id` or `replica_id`, as a `tensor<i32>`."""
     op = stablehlo.partition_id if kind == "partition" else stablehlo.replica_id
     return stablehlo.convert(ir.RankedTensorType.get([], i32_type()), op())
+
+
+def ring_position(ring: Ring) -> ir.Value:
+    """This device's position in its group: a table lookup of its id, computed in a
+    nested sdy.manual_computation over the automatic axes when the site sits in a
+    partially manual region (as JAX's axis_index does)."""
+    table, kind, auto = ring.position_table(), ring.kind, ring.auto
+    if auto is None:
+        return table_lookup(table, device_id(kind))
+    scalar = ir.RankedTensorType.get([], i32_type())
+    region = sdy.ManualComputationOp(
+        [scalar], [], sdy.TensorShardingPerValueAttr.get([]),
+        sdy.TensorShardingPerValueAttr.get([sdy.TensorShardingAttr.get(auto.mesh, [])]),
+        manual_axes_attr(auto.axes))
+    with ir.InsertionPoint(region.body.blocks.append()):
+        sdy.ReturnOp([table_lookup(table, device_id(kind))])
+    return region.results[0]
 
 
 def collective_permute(value: ir.Value, pairs: Sequence[tuple[int, int]],

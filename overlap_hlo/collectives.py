@@ -15,9 +15,8 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-
-class Unsupported(Exception):
-    """A site the passes leave unchanged; the message says why."""
+from .manual import AutoAxes, auto_axes_at
+from .unsupported import Unsupported
 
 
 @dataclass(frozen=True)
@@ -27,6 +26,7 @@ class Ring:
     groups: tuple[tuple[int, ...], ...]
     kind: str
     num_ids: int
+    auto: AutoAxes | None = None  # mesh axes still automatic where the site sits
 
     @property
     def size(self) -> int:
@@ -75,7 +75,8 @@ class Ring:
         if not groups:
             groups = [list(range(num_ids))]
         _check_partition(groups, num_ids)
-        return cls(tuple(tuple(g) for g in groups), kind, num_ids)
+        auto = auto_axes_at(op) if kind == "partition" else None
+        return cls(tuple(tuple(g) for g in groups), kind, num_ids, auto)
 
 
 def _module_sizes(op: ir.Operation) -> tuple[int, int]:

@@ -30,6 +30,7 @@ from jaxlib.mlir.dialects import stablehlo
 from overlap_hlo import builders as b
 from overlap_hlo.collectives import Ring, Unsupported
 from overlap_hlo.dots import DotDims
+from overlap_hlo.lookthrough import aliases, erase_unused
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, require_supported_types
 
 
@@ -54,15 +55,16 @@ class OverlapAllGatherMatmul(RewritePass):
 
     def rewrite_site(self, op, rewriter, channels) -> str:
         gather = op.operation
-        dots = [use.owner for use in gather.results[0].uses
-                if use.owner.name == "stablehlo.dot_general"]
+        values = aliases(gather.results[0])
+        dots = [(value, use.owner.operation) for value in values for use in value.uses
+                if use.owner.operation.name == "stablehlo.dot_general"]
         if len(gather.operands) != 1 or not dots:
             raise NoMatch
         ring = Ring.from_collective(gather)
         shard = gather.operands[0]
         require_supported_types(shard.type, gather.results[0].type)
         self.check_size(gather.results[0].type)
-        sites = [self.analyze(gather, dot, ring) for dot in dots]
+        sites = [self.analyze(gather, value, dot, ring) for value, dot in dots]
         kinds = ", ".join(f"{s.kind} dim" for s in sites)
         detail = (f"{len(sites)} dot(s) ({kinds}), {gather.results[0].type} gathered "
                   f"over groups of {ring.size}")
@@ -70,13 +72,12 @@ class OverlapAllGatherMatmul(RewritePass):
             with ir.InsertionPoint(site.dot), site.dot.location:
                 result = emit_loop(site, shard, channels())
             rewriter.replace_op(site.dot, [result])
-        if not list(gather.results[0].uses):
-            rewriter.erase_op(gather)
+        erase_unused(rewriter, values)
         return detail
 
     @staticmethod
-    def analyze(gather: ir.Operation, dot: ir.Operation, ring: Ring) -> GatherSite:
-        value = gather.results[0]
+    def analyze(gather: ir.Operation, value: ir.Value, dot: ir.Operation,
+                ring: Ring) -> GatherSite:
         uses = [i for i, operand in enumerate(dot.operands) if operand == value]
         if len(uses) != 1:
             raise Unsupported("the gathered tensor is both operands of the dot")
@@ -116,7 +117,7 @@ def emit_loop(site: GatherSite, shard: ir.Value, channel: int) -> ir.Value:
         moved = b.collective_permute(cur, pairs, permute_channel)
         return [moved, step(k, cur, acc, *invariants)]
 
-    position = b.table_lookup(ring.position_table(), b.device_id(ring.kind))
+    position = b.ring_position(ring)
     other = dot.operands[1 - site.gathered]
     cur, acc = b.counted_loop(0, n - 1, [shard, b.zeros(acc_type)], [other, position], body)
     acc = step(n - 1, cur, acc, other, position)

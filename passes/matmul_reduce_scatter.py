@@ -25,6 +25,7 @@ from jaxlib.mlir.dialects import stablehlo
 from overlap_hlo import builders as b
 from overlap_hlo.collectives import Ring, Unsupported
 from overlap_hlo.dots import DotDims
+from overlap_hlo.lookthrough import producer
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, require_supported_types
 
 
@@ -38,12 +39,9 @@ class OverlapMatmulReduceScatter(RewritePass):
 
     def rewrite_site(self, op, rewriter, channels) -> str:
         scatter = op.operation
-        producer = scatter.operands[0].owner
-        if not isinstance(producer, ir.Operation):
-            producer = getattr(producer, "operation", None)
-        if producer is None or producer.name != "stablehlo.dot_general":
+        dot, between = producer(scatter.operands[0])
+        if dot is None or dot.name != "stablehlo.dot_general":
             raise NoMatch
-        dot = producer
         if not is_add_reduction(scatter.regions[0]):
             raise Unsupported("reduction is not a plain add")
         if len(list(dot.results[0].uses)) != 1:
@@ -65,20 +63,20 @@ class OverlapMatmulReduceScatter(RewritePass):
         with ir.InsertionPoint(scatter), scatter.location:
             result = emit_loop(dot, sliced, block, ring, result_type, channels())
         rewriter.replace_op(scatter, [result])
-        rewriter.erase_op(dot)
+        for dead in [*between, dot]:
+            rewriter.erase_op(dead)
         return detail
 
 
 def is_add_reduction(region: ir.Region) -> bool:
-    """The region is `return add(arg0, arg1)` (either argument order)."""
+    """The region returns add(arg0, arg1), in either order, maybe through constraints."""
     block = region.blocks[0]
     ops = [op.operation for op in block.operations]
-    if len(ops) != 2 or ops[0].name != "stablehlo.add" or ops[1].name != "stablehlo.return":
+    add, between = producer(ops[-1].operands[0]) if len(ops[-1].operands) == 1 else (None, [])
+    if add is None or add.name != "stablehlo.add" or len(ops) != len(between) + 2:
         return False
-    args = list(block.arguments)
-    operands = list(ops[0].operands)
-    return (len(args) == 2 and ops[1].operands[0] == ops[0].results[0]
-            and (operands == args or operands == args[::-1]))
+    args, operands = list(block.arguments), list(add.operands)
+    return len(args) == 2 and (operands == args or operands == args[::-1])
 
 
 def emit_loop(dot: ir.Operation, sliced: list[tuple[int, int]], block: int, ring: Ring,
@@ -101,7 +99,7 @@ def emit_loop(dot: ir.Operation, sliced: list[tuple[int, int]], block: int, ring
         moved = b.collective_permute(acc, pairs, permute_channel)
         return [b.add(moved, part(b.add(k, b.scalar_i32(1)), *invariants))]
 
-    position = b.table_lookup(ring.position_table(), b.device_id(ring.kind))
+    position = b.ring_position(ring)
     lhs, rhs = dot.operands
     first = part(1, lhs, rhs, position)  # step 0: block p + 1
     (acc,) = b.counted_loop(1, n, [first], [lhs, rhs, position], body)

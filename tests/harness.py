@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +32,7 @@ class Program:
     out_specs: object
     dtype: object = jnp.float32
     shard_mapped: bool = True
-    options: dict = field(default_factory=dict)
+    manual_axes: frozenset | None = None  # shard_map axis_names; None: all mesh axes
 
     def mesh(self):
         return jax.make_mesh(self.mesh_shape, self.axes)
@@ -42,7 +42,8 @@ class Program:
         fn = self.fn
         if self.shard_mapped:
             fn = jax.shard_map(fn, mesh=mesh, in_specs=tuple(s for _, s in self.inputs),
-                               out_specs=self.out_specs, check_vma=False)
+                               out_specs=self.out_specs, check_vma=False,
+                               axis_names=self.manual_axes or set(self.axes))
         return jax.jit(fn)
 
     def args(self, seed: int = 0):

@@ -92,3 +92,32 @@ def test_lowered_is_not_mutated_and_compiles_alone():
         assert prog.jitted().lower(*prog.args()).as_text() == text
         assert "collective_permute" in new.as_text()
         assert "all_gather" not in new.as_text()
+
+
+def test_partially_manual_shard_map():
+    """Manual over "x" only, "y" stays automatic (e.g. data parallel)."""
+    prog = Program(sp_mlp, (4, 2), ("x", "y"),
+                   [((SEQ, D), P("x")), ((D, F), P(None, "x")), ((F, D), P("x"))], P("x"),
+                   manual_axes=frozenset({"x"}))
+    counts = check(prog, shardy=True, rewritten=2)
+    # The ring position is computed in a nested manual_computation over "y" (one,
+    # shared by both loops after cse).
+    assert counts["sdy.manual_computation"] == 2
+
+
+def test_partially_manual_gspmd_is_left_unchanged():
+    # XLA 0.10.2 itself aborts compiling this GSPMD program (IsManualSubgroup check),
+    # so only the decision is checked here, not the numerics.
+    prog = Program(sp_mlp, (4, 2), ("x", "y"),
+                   [((SEQ, D), P("x")), ((D, F), P(None, "x")), ((F, D), P("x"))], P("x"),
+                   manual_axes=frozenset({"x"}))
+    with partitioner(False):
+        text = prog.jitted().lower(*prog.args()).as_text()
+    module = overlap_hlo.parse(text)
+    sites = overlap_hlo.rewrite_module(module, threshold_mib=0)
+    # The gather is reported; the scatter is not even a candidate (a @Sharding
+    # custom_call sits between it and its dot).
+    assert [(s.pattern, s.applied) for s in sites] == [("overlap-all-gather-matmul", False)]
+    assert "partially manual GSPMD" in sites[0].detail
+    counts = op_counts(module)
+    assert counts["stablehlo.all_gather"] == counts["stablehlo.reduce_scatter"] == 1
