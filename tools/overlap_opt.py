@@ -430,7 +430,7 @@ class Driver:
         self.diagnostics.extend(self._convert(d) for d in err.error_diagnostics)
 
     def _on_diagnostic(self, diagnostic) -> bool:
-        """Warnings and remarks MLIR emits outside a parse or a pass-manager run."""
+        """Diagnostics MLIR does not raise as MLIRError: warnings, remarks, stray errors."""
         try:
             self.diagnostics.append(self._convert(diagnostic))
         except Exception:  # never let an exception cross into MLIR
