@@ -47,8 +47,8 @@ class SiteLog:
     sites: list[Site] = field(default_factory=list)
     input_name: str | None = None
 
-    def add(self, op: ir.Operation, pattern: str, applied: bool, detail: str) -> None:
-        site = Site(describe(op.location, self.input_name), pattern, applied, detail)
+    def add(self, location: ir.Location, pattern: str, applied: bool, detail: str) -> None:
+        site = Site(describe(location, self.input_name), pattern, applied, detail)
         if site not in self.sites:
             self.sites.append(site)
 
@@ -115,14 +115,15 @@ class RewritePass:
         channels = ChannelAllocator(module_op)
 
         def pattern(op, rewriter):
+            location = op.location  # read before the rewrite erases `op`
             try:
                 detail = self.rewrite_site(op, rewriter, channels)
             except NoMatch:
                 return True
             except Unsupported as reason:
-                log.add(op, self.name, False, str(reason))
+                log.add(location, self.name, False, str(reason))
                 return True
-            log.add(op, self.name, True, detail)
+            log.add(location, self.name, True, detail)
             return False  # the bindings read a falsy result as "matched and rewrote"
 
         patterns = compat.RewritePatternSet()

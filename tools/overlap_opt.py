@@ -183,14 +183,13 @@ def list_passes() -> str:
 
 @dataclass
 class ReportingSiteLog(SiteLog):
-    """A SiteLog that also hands every new site, with the op's location, to `report`."""
+    """A SiteLog that also hands every new site, with its location, to `report`."""
 
     report: Callable[[Site, ir.Location], None] | None = None
 
-    def add(self, op: ir.Operation, pattern: str, applied: bool, detail: str) -> None:
+    def add(self, location: ir.Location, pattern: str, applied: bool, detail: str) -> None:
         count = len(self.sites)
-        location = op.location
-        super().add(op, pattern, applied, detail)
+        super().add(location, pattern, applied, detail)
         if len(self.sites) > count and self.report is not None:
             self.report(self.sites[-1], location)
 
