@@ -1,0 +1,530 @@
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0})' --split-input-file | FileCheck %s
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0})' --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul)' --split-input-file | FileCheck %s --check-prefix=DEFAULT
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul)' --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=DEFAULT-REMARK
+
+// Gathered dim is a free dim of the lhs, 2 contiguous groups of 4 partitions. The
+// loop runs 3 steps and the 4th is peeled after it. In each step the permute and
+// the dot both read the carried shard (a block argument), so neither feeds the
+// other; the dot's block goes to offset ((p + k) mod 4) * 2 of the result. The
+// new permute gets channel 2, above the module's channel 1.
+// CHECK-LABEL: func.func @free_lhs
+// CHECK-SAME: (%[[FL_X:.*]]: tensor<2x16xf32>, %[[FL_W:.*]]: tensor<16x8xf32>)
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: %[[FL_PID:.*]] = stablehlo.partition_id
+// CHECK: %[[FL_ID:.*]] = stablehlo.convert %[[FL_PID]] : (tensor<ui32>) -> tensor<i32>
+// CHECK: %[[FL_TABLE:.*]] = stablehlo.constant dense<[0, 1, 2, 3, 0, 1, 2, 3]> : tensor<8xi32>
+// CHECK: %[[FL_SLOT:.*]] = stablehlo.dynamic_slice %[[FL_TABLE]], %[[FL_ID]], sizes = [1]
+// CHECK: %[[FL_POS:.*]] = stablehlo.reshape %[[FL_SLOT]] : (tensor<1xi32>) -> tensor<i32>
+// CHECK: %[[FL_ZERO:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<8x8xf32>
+// CHECK: %[[FL_LOOP:.*]]:5 = stablehlo.while(%[[FL_K:.*]] = %{{.*}}, %[[FL_CUR:.*]] = %[[FL_X]], %[[FL_ACC:.*]] = %[[FL_ZERO]], %[[FL_OTHER:.*]] = %[[FL_W]], %[[FL_P:.*]] = %[[FL_POS]])
+// CHECK: cond {
+// CHECK-NEXT: %[[FL_STEPS:.*]] = stablehlo.constant dense<3> : tensor<i32>
+// CHECK-NEXT: stablehlo.compare LT, %[[FL_K]], %[[FL_STEPS]], SIGNED
+// CHECK: } do {
+// CHECK-NEXT: %[[FL_MOVED:.*]] = "stablehlo.collective_permute"(%[[FL_CUR]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}> : (tensor<2x16xf32>) -> tensor<2x16xf32>
+// CHECK-NEXT: %[[FL_J:.*]] = stablehlo.add %[[FL_P]], %[[FL_K]] : tensor<i32>
+// CHECK-NEXT: %[[FL_N:.*]] = stablehlo.constant dense<4> : tensor<i32>
+// CHECK-NEXT: %[[FL_JMOD:.*]] = stablehlo.remainder %[[FL_J]], %[[FL_N]]
+// CHECK-NEXT: %[[FL_BLOCK:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// CHECK-NEXT: %[[FL_OFF:.*]] = stablehlo.multiply %[[FL_JMOD]], %[[FL_BLOCK]]
+// CHECK-NEXT: %[[FL_PART:.*]] = stablehlo.dot_general %[[FL_CUR]], %[[FL_OTHER]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK: %[[FL_UPD:.*]] = stablehlo.dynamic_update_slice %[[FL_ACC]], %[[FL_PART]], %[[FL_OFF]], %{{.*}} : (tensor<8x8xf32>, tensor<2x8xf32>, tensor<i32>, tensor<i32>) -> tensor<8x8xf32>
+// CHECK: stablehlo.return %{{.*}}, %[[FL_MOVED]], %[[FL_UPD]], %[[FL_OTHER]], %[[FL_P]] :
+// CHECK-NEXT: }
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: %[[FL_LAST:.*]] = stablehlo.dot_general %[[FL_LOOP]]#1, %[[FL_W]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: %[[FL_OUT:.*]] = stablehlo.dynamic_update_slice %[[FL_LOOP]]#2, %[[FL_LAST]]
+// CHECK: return %[[FL_OUT]] : tensor<8x8xf32>
+// CHECK-NOT: stablehlo.all_gather
+// DEFAULT-LABEL: func.func @free_lhs
+// DEFAULT: stablehlo.all_gather
+// DEFAULT-NOT: stablehlo.collective_permute
+// DEFAULT: return
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @free_lhs(%arg0: tensor<2x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
+    // REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 2]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<8x16xf32> gathered over groups of 4
+    // DEFAULT-REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: left unchanged: communicated tensor tensor<8x16xf32> is {{.*}} MiB, below threshold-mib=1
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// Gathered dim is a free dim of the rhs, one group of all 8 partitions: 7 loop
+// steps, the gathered operand stays on the right of each partial dot and the block
+// is written along result dim 1.
+// CHECK-LABEL: func.func @free_rhs
+// CHECK-SAME: (%[[FR_A:.*]]: tensor<8x16xf32>, %[[FR_X:.*]]: tensor<16x1xf32>)
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: stablehlo.constant dense<[0, 1, 2, 3, 4, 5, 6, 7]> : tensor<8xi32>
+// CHECK: %[[FR_LOOP:.*]]:5 = stablehlo.while(%[[FR_K:.*]] = %{{.*}}, %[[FR_CUR:.*]] = %[[FR_X]], %[[FR_ACC:.*]] = %{{.*}}, %[[FR_OTHER:.*]] = %[[FR_A]], %[[FR_P:.*]] = %{{.*}})
+// CHECK: stablehlo.constant dense<7> : tensor<i32>
+// CHECK: } do {
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[FR_CUR]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK: %[[FR_OFF:.*]] = stablehlo.multiply
+// CHECK-NEXT: %[[FR_PART:.*]] = stablehlo.dot_general %[[FR_OTHER]], %[[FR_CUR]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x1xf32>) -> tensor<8x1xf32>
+// CHECK-NEXT: %[[FR_ZERO:.*]] = stablehlo.constant dense<0> : tensor<i32>
+// CHECK-NEXT: stablehlo.dynamic_update_slice %[[FR_ACC]], %[[FR_PART]], %[[FR_ZERO]], %[[FR_OFF]] : (tensor<8x8xf32>, tensor<8x1xf32>, tensor<i32>, tensor<i32>) -> tensor<8x8xf32>
+// CHECK: %[[FR_LAST:.*]] = stablehlo.dot_general %[[FR_A]], %[[FR_LOOP]]#1
+// CHECK: %[[FR_OUT:.*]] = stablehlo.dynamic_update_slice %[[FR_LOOP]]#2, %[[FR_LAST]]
+// CHECK: return %[[FR_OUT]]
+// CHECK-NOT: stablehlo.all_gather
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @free_rhs(%arg0: tensor<8x16xf32>, %arg1: tensor<16x1xf32>) -> tensor<8x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg1) <{all_gather_dim = 1 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids}> : (tensor<16x1xf32>) -> tensor<16x8xf32>
+    %1 = stablehlo.dot_general %arg0, %0, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// Gathered dim is the lhs's contracting dim, strided groups [[0,2,4,6],[1,3,5,7]]
+// (position table [0,0,1,1,2,2,3,3]): the rhs is sliced to the matching block of
+// its contracting dim and the partial products are summed.
+// CHECK-LABEL: func.func @contracting_lhs
+// CHECK-SAME: (%[[CL_X:.*]]: tensor<8x4xf32>, %[[CL_W:.*]]: tensor<16x8xf32>)
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: stablehlo.constant dense<[0, 0, 1, 1, 2, 2, 3, 3]> : tensor<8xi32>
+// CHECK: %[[CL_ZERO:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<8x8xf32>
+// CHECK: %[[CL_LOOP:.*]]:5 = stablehlo.while(%[[CL_K:.*]] = %{{.*}}, %[[CL_CUR:.*]] = %[[CL_X]], %[[CL_ACC:.*]] = %[[CL_ZERO]], %[[CL_OTHER:.*]] = %[[CL_W]], %[[CL_P:.*]] = %{{.*}})
+// CHECK: } do {
+// CHECK-NEXT: %[[CL_MOVED:.*]] = "stablehlo.collective_permute"(%[[CL_CUR]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]> : tensor<8x2xi64>}>
+// CHECK: %[[CL_OFF:.*]] = stablehlo.multiply
+// CHECK: %[[CL_SLICE:.*]] = stablehlo.dynamic_slice %[[CL_OTHER]], %[[CL_OFF]], %{{.*}}, sizes = [4, 8] : (tensor<16x8xf32>, tensor<i32>, tensor<i32>) -> tensor<4x8xf32>
+// CHECK-NEXT: %[[CL_PART:.*]] = stablehlo.dot_general %[[CL_CUR]], %[[CL_SLICE]], contracting_dims = [1] x [0] : (tensor<8x4xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[CL_SUM:.*]] = stablehlo.add %[[CL_ACC]], %[[CL_PART]] : tensor<8x8xf32>
+// CHECK: stablehlo.return %{{.*}}, %[[CL_MOVED]], %[[CL_SUM]], %[[CL_OTHER]], %[[CL_P]] :
+// CHECK: %[[CL_LSLICE:.*]] = stablehlo.dynamic_slice %[[CL_W]], %{{.*}}, %{{.*}}, sizes = [4, 8]
+// CHECK-NEXT: %[[CL_LAST:.*]] = stablehlo.dot_general %[[CL_LOOP]]#1, %[[CL_LSLICE]]
+// CHECK-NEXT: %[[CL_OUT:.*]] = stablehlo.add %[[CL_LOOP]]#2, %[[CL_LAST]]
+// CHECK-NEXT: return %[[CL_OUT]]
+// CHECK-NOT: stablehlo.all_gather
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @contracting_lhs(%arg0: tensor<8x4xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 1 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 2, 4, 6], [1, 3, 5, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<8x4xf32>) -> tensor<8x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// Gathered dim is the rhs's contracting dim, groups of 2 [[0,1],[2,3],[4,5],[6,7]]:
+// one loop step plus the peeled one; the lhs is sliced along its dim 1.
+// CHECK-LABEL: func.func @contracting_rhs
+// CHECK-SAME: (%[[CR_A:.*]]: tensor<8x16xf32>, %[[CR_X:.*]]: tensor<8x8xf32>)
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: stablehlo.constant dense<[0, 1, 0, 1, 0, 1, 0, 1]> : tensor<8xi32>
+// CHECK: %[[CR_LOOP:.*]]:5 = stablehlo.while(%[[CR_K:.*]] = %{{.*}}, %[[CR_CUR:.*]] = %[[CR_X]], %[[CR_ACC:.*]] = %{{.*}}, %[[CR_OTHER:.*]] = %[[CR_A]], %[[CR_P:.*]] = %{{.*}})
+// CHECK: stablehlo.constant dense<1> : tensor<i32>
+// CHECK: } do {
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[CR_CUR]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 0], [2, 3], [3, 2], [4, 5], [5, 4], [6, 7], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK: %[[CR_OFF:.*]] = stablehlo.multiply
+// CHECK: %[[CR_SLICE:.*]] = stablehlo.dynamic_slice %[[CR_OTHER]], %{{.*}}, %[[CR_OFF]], sizes = [8, 8] : (tensor<8x16xf32>, tensor<i32>, tensor<i32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[CR_PART:.*]] = stablehlo.dot_general %[[CR_SLICE]], %[[CR_CUR]], contracting_dims = [1] x [0]
+// CHECK-NEXT: stablehlo.add %[[CR_ACC]], %[[CR_PART]]
+// CHECK: stablehlo.dynamic_slice %[[CR_A]]
+// CHECK: stablehlo.dot_general %{{.*}}, %[[CR_LOOP]]#1
+// CHECK-NOT: stablehlo.all_gather
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @contracting_rhs(%arg0: tensor<8x16xf32>, %arg1: tensor<8x8xf32>) -> tensor<8x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg1) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1], [2, 3], [4, 5], [6, 7]]> : tensor<4x2xi64>, use_global_device_ids}> : (tensor<8x8xf32>) -> tensor<16x8xf32>
+    %1 = stablehlo.dot_general %arg0, %0, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// Gathered dim is a batch dim of the lhs, groups of 2 along the middle axis of a
+// 2x2x2 mesh ([[0,2],[1,3],[4,6],[5,7]]): the rhs's batch block is sliced and the
+// result's batch block written, both at the same offset.
+// CHECK-LABEL: func.func @batch_lhs
+// CHECK-SAME: (%[[BL_X:.*]]: tensor<2x4x16xf32>, %[[BL_W:.*]]: tensor<4x16x8xf32>)
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: stablehlo.constant dense<[0, 0, 1, 1, 0, 0, 1, 1]> : tensor<8xi32>
+// CHECK: %[[BL_LOOP:.*]]:5 = stablehlo.while(%[[BL_K:.*]] = %{{.*}}, %[[BL_CUR:.*]] = %[[BL_X]], %[[BL_ACC:.*]] = %{{.*}}, %[[BL_OTHER:.*]] = %[[BL_W]], %[[BL_P:.*]] = %{{.*}})
+// CHECK: } do {
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[BL_CUR]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 2], [2, 0], [1, 3], [3, 1], [4, 6], [6, 4], [5, 7], [7, 5]]> : tensor<8x2xi64>}>
+// CHECK: %[[BL_OFF:.*]] = stablehlo.multiply
+// CHECK: %[[BL_SLICE:.*]] = stablehlo.dynamic_slice %[[BL_OTHER]], %[[BL_OFF]], %{{.*}}, %{{.*}}, sizes = [2, 16, 8]
+// CHECK-NEXT: %[[BL_PART:.*]] = stablehlo.dot_general %[[BL_CUR]], %[[BL_SLICE]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x4x16xf32>, tensor<2x16x8xf32>) -> tensor<2x4x8xf32>
+// CHECK: stablehlo.dynamic_update_slice %[[BL_ACC]], %[[BL_PART]], %[[BL_OFF]], %{{.*}}, %{{.*}} : (tensor<4x4x8xf32>, tensor<2x4x8xf32>, tensor<i32>, tensor<i32>, tensor<i32>) -> tensor<4x4x8xf32>
+// CHECK: stablehlo.dynamic_slice %[[BL_W]]
+// CHECK: stablehlo.dot_general %[[BL_LOOP]]#1
+// CHECK: stablehlo.dynamic_update_slice %[[BL_LOOP]]#2
+// CHECK-NOT: stablehlo.all_gather
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @batch_lhs(%arg0: tensor<2x4x16xf32>, %arg1: tensor<4x16x8xf32>) -> tensor<4x4x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 2], [1, 3], [4, 6], [5, 7]]> : tensor<4x2xi64>, use_global_device_ids}> : (tensor<2x4x16xf32>) -> tensor<4x4x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<4x4x16xf32>, tensor<4x16x8xf32>) -> tensor<4x4x8xf32>
+    return %1 : tensor<4x4x8xf32>
+  }
+}
+
+// -----
+
+// Gathered dim is a batch dim of the rhs, groups of 2 along the outer axis of a
+// 2x2x2 mesh ([[0,4],[1,5],[2,6],[3,7]]).
+// CHECK-LABEL: func.func @batch_rhs
+// CHECK-SAME: (%[[BR_A:.*]]: tensor<4x8x16xf32>, %[[BR_X:.*]]: tensor<2x16x4xf32>)
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: stablehlo.constant dense<[0, 0, 0, 0, 1, 1, 1, 1]> : tensor<8xi32>
+// CHECK: %[[BR_LOOP:.*]]:5 = stablehlo.while(%[[BR_K:.*]] = %{{.*}}, %[[BR_CUR:.*]] = %[[BR_X]], %[[BR_ACC:.*]] = %{{.*}}, %[[BR_OTHER:.*]] = %[[BR_A]], %[[BR_P:.*]] = %{{.*}})
+// CHECK: } do {
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[BR_CUR]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 4], [4, 0], [1, 5], [5, 1], [2, 6], [6, 2], [3, 7], [7, 3]]> : tensor<8x2xi64>}>
+// CHECK: %[[BR_OFF:.*]] = stablehlo.multiply
+// CHECK: %[[BR_SLICE:.*]] = stablehlo.dynamic_slice %[[BR_OTHER]], %[[BR_OFF]], %{{.*}}, %{{.*}}, sizes = [2, 8, 16]
+// CHECK-NEXT: %[[BR_PART:.*]] = stablehlo.dot_general %[[BR_SLICE]], %[[BR_CUR]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x16xf32>, tensor<2x16x4xf32>) -> tensor<2x8x4xf32>
+// CHECK: stablehlo.dynamic_update_slice %[[BR_ACC]], %[[BR_PART]], %[[BR_OFF]], %{{.*}}, %{{.*}} :
+// CHECK: stablehlo.dot_general %{{.*}}, %[[BR_LOOP]]#1
+// CHECK-NOT: stablehlo.all_gather
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @batch_rhs(%arg0: tensor<4x8x16xf32>, %arg1: tensor<2x16x4xf32>) -> tensor<4x8x4xf32> {
+    %0 = "stablehlo.all_gather"(%arg1) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 4], [1, 5], [2, 6], [3, 7]]> : tensor<4x2xi64>, use_global_device_ids}> : (tensor<2x16x4xf32>) -> tensor<4x16x4xf32>
+    %1 = stablehlo.dot_general %arg0, %0, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<4x8x16xf32>, tensor<4x16x4xf32>) -> tensor<4x8x4xf32>
+    return %1 : tensor<4x8x4xf32>
+  }
+}
+
+// -----
+
+// Replica ids: no channel handle, 8 replicas of 1 partition. The position comes
+// from stablehlo.replica_id and the permute has no channel handle (so its pairs
+// are replica ids too).
+// CHECK-LABEL: func.func @replica_ids
+// CHECK-NOT: channel_handle
+// CHECK-NOT: stablehlo.partition_id
+// CHECK: %[[RI_RID:.*]] = stablehlo.replica_id : tensor<ui32>
+// CHECK-NEXT: %[[RI_ID:.*]] = stablehlo.convert %[[RI_RID]]
+// CHECK-NEXT: %[[RI_TABLE:.*]] = stablehlo.constant dense<[0, 1, 2, 3, 4, 5, 6, 7]> : tensor<8xi32>
+// CHECK-NEXT: stablehlo.dynamic_slice %[[RI_TABLE]], %[[RI_ID]]
+// CHECK: stablehlo.while(%[[RI_K:.*]] = %{{.*}}, %[[RI_CUR:.*]] = %arg0,
+// CHECK-NOT: channel_handle
+// CHECK: "stablehlo.collective_permute"(%[[RI_CUR]]) <{source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NOT: channel_handle
+// CHECK-NOT: stablehlo.all_gather
+module attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 8 : i32} {
+  func.func @replica_ids(%arg0: tensor<1x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>}> : (tensor<1x16xf32>) -> tensor<8x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// Empty replica_groups with a channel handle (cross-replica-and-partition, one
+// replica): one group of all 8 partitions.
+// CHECK-LABEL: func.func @empty_groups
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: stablehlo.partition_id
+// CHECK: stablehlo.constant dense<[0, 1, 2, 3, 4, 5, 6, 7]> : tensor<8xi32>
+// CHECK: stablehlo.while(%[[EG_K:.*]] = %{{.*}}, %[[EG_CUR:.*]] = %arg0,
+// CHECK: stablehlo.constant dense<7> : tensor<i32>
+// CHECK: "stablehlo.collective_permute"(%[[EG_CUR]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NOT: stablehlo.all_gather
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @empty_groups(%arg0: tensor<1x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<> : tensor<0x0xi64>}> : (tensor<1x16xf32>) -> tensor<8x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// Two sites in a module whose highest channel handle is 7 (an unrelated permute):
+// the two loops get 8 and 9, each used once, and no handle of the module is reused.
+// CHECK-LABEL: func.func @fresh_channels
+// CHECK-NOT: handle = {{[1-6]}},
+// CHECK-DAG: "stablehlo.collective_permute"(%{{.*}}) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>
+// CHECK-DAG: "stablehlo.collective_permute"(%{{.*}}) <{channel_handle = #stablehlo.channel_handle<handle = 9, type = 1>
+// CHECK-DAG: "stablehlo.collective_permute"(%arg2) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>
+// CHECK-NOT: handle = {{[1-6]}},
+// CHECK-NOT: handle = 8,
+// CHECK-NOT: handle = 9,
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: return
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @fresh_channels(%arg0: tensor<2x16xf32>, %arg1: tensor<16x8xf32>, %arg2: tensor<2x16xf32>) -> (tensor<8x8xf32>, tensor<8x8xf32>, tensor<2x16xf32>) {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %2 = "stablehlo.collective_permute"(%arg2) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>, source_target_pairs = dense<[[0, 1], [1, 0]]> : tensor<2x2xi64>}> : (tensor<2x16xf32>) -> tensor<2x16xf32>
+    %3 = "stablehlo.all_gather"(%2) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %4 = stablehlo.dot_general %3, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %1, %4, %2 : tensor<8x8xf32>, tensor<8x8xf32>, tensor<2x16xf32>
+  }
+}
+
+// -----
+
+// bf16 with the gathered dim contracting: the partial products are accumulated in
+// f32 (the partial dots return f32) and converted back to bf16 once at the end.
+// The shard itself travels in bf16.
+// CHECK-LABEL: func.func @bf16_contracting
+// CHECK: %[[BF_ZERO:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<8x8xf32>
+// CHECK: %[[BF_LOOP:.*]]:5 = stablehlo.while(%[[BF_K:.*]] = %{{.*}}, %[[BF_CUR:.*]] = %arg0, %[[BF_ACC:.*]] = %[[BF_ZERO]], %{{.*}}) : tensor<i32>, tensor<8x4xbf16>, tensor<8x8xf32>, tensor<16x8xbf16>, tensor<i32>
+// CHECK: "stablehlo.collective_permute"(%[[BF_CUR]]) {{.*}} : (tensor<8x4xbf16>) -> tensor<8x4xbf16>
+// CHECK: %[[BF_PART:.*]] = stablehlo.dot_general %[[BF_CUR]], %{{.*}}, contracting_dims = [1] x [0] : (tensor<8x4xbf16>, tensor<4x8xbf16>) -> tensor<8x8xf32>
+// CHECK-NEXT: stablehlo.add %[[BF_ACC]], %[[BF_PART]] : tensor<8x8xf32>
+// CHECK: %[[BF_LAST:.*]] = stablehlo.dot_general %[[BF_LOOP]]#1, %{{.*}} -> tensor<8x8xf32>
+// CHECK-NEXT: %[[BF_SUM:.*]] = stablehlo.add %[[BF_LOOP]]#2, %[[BF_LAST]] : tensor<8x8xf32>
+// CHECK-NEXT: %[[BF_OUT:.*]] = stablehlo.convert %[[BF_SUM]] : (tensor<8x8xf32>) -> tensor<8x8xbf16>
+// CHECK-NEXT: return %[[BF_OUT]] : tensor<8x8xbf16>
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @bf16_contracting(%arg0: tensor<8x4xbf16>, %arg1: tensor<16x8xbf16>) -> tensor<8x8xbf16> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 1 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<8x4xbf16>) -> tensor<8x16xbf16>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xbf16>, tensor<16x8xbf16>) -> tensor<8x8xbf16>
+    return %1 : tensor<8x8xbf16>
+  }
+}
+
+// -----
+
+// A site in a private function reached by func.call: the callee is rewritten, the
+// caller is left as it is.
+// CHECK-LABEL: func.func @called
+// CHECK: call @shard_matmul(%arg0, %arg1)
+// CHECK-LABEL: func.func private @shard_matmul
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: stablehlo.constant dense<[0, 1, 0, 1, 0, 1, 0, 1]> : tensor<8xi32>
+// CHECK: stablehlo.while(%[[CA_K:.*]] = %{{.*}}, %[[CA_CUR:.*]] = %arg0,
+// CHECK: "stablehlo.collective_permute"(%[[CA_CUR]])
+// CHECK: stablehlo.dot_general %[[CA_CUR]]
+// CHECK-NOT: stablehlo.all_gather
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @called(%arg0: tensor<4x32xf32>, %arg1: tensor<32x16xf32>) -> tensor<8x16xf32> {
+    %0 = call @shard_matmul(%arg0, %arg1) : (tensor<4x32xf32>, tensor<32x16xf32>) -> tensor<8x16xf32>
+    return %0 : tensor<8x16xf32>
+  }
+  func.func private @shard_matmul(%arg0: tensor<4x32xf32>, %arg1: tensor<32x16xf32>) -> tensor<8x16xf32> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1], [2, 3], [4, 5], [6, 7]]> : tensor<4x2xi64>, use_global_device_ids}> : (tensor<4x32xf32>) -> tensor<8x32xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x32xf32>, tensor<32x16xf32>) -> tensor<8x16xf32>
+    return %1 : tensor<8x16xf32>
+  }
+}
+
+// -----
+
+// A site inside a stablehlo.while body (a scanned layer): the new loop is nested in
+// that body and its carried shard starts from the outer loop's block argument.
+// CHECK-LABEL: func.func @in_while
+// CHECK: stablehlo.while(%[[IW_I:.*]] = %{{.*}}, %[[IW_X:.*]] = %arg0)
+// CHECK: } do {
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: stablehlo.partition_id
+// CHECK: %[[IW_LOOP:.*]]:5 = stablehlo.while(%[[IW_K:.*]] = %{{.*}}, %[[IW_CUR:.*]] = %[[IW_X]], %[[IW_ACC:.*]] = %{{.*}}, %[[IW_OTHER:.*]] = %arg1,
+// CHECK: } do {
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[IW_CUR]])
+// CHECK: stablehlo.dot_general %[[IW_CUR]], %[[IW_OTHER]]
+// CHECK: %[[IW_LAST:.*]] = stablehlo.dot_general %[[IW_LOOP]]#1, %arg1
+// CHECK: %[[IW_OUT:.*]] = stablehlo.dynamic_update_slice %[[IW_LOOP]]#2, %[[IW_LAST]]
+// CHECK: stablehlo.slice %[[IW_OUT]]
+// CHECK-NOT: stablehlo.all_gather
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @in_while(%arg0: tensor<2x16xf32>, %arg1: tensor<16x16xf32>) -> tensor<2x16xf32> {
+    %c = stablehlo.constant dense<0> : tensor<i32>
+    %0:2 = stablehlo.while(%iterArg = %c, %iterArg_0 = %arg0) : tensor<i32>, tensor<2x16xf32>
+    cond {
+      %c_1 = stablehlo.constant dense<3> : tensor<i32>
+      %1 = stablehlo.compare LT, %iterArg, %c_1, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %1 : tensor<i1>
+    } do {
+      %1 = "stablehlo.all_gather"(%iterArg_0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+      %2 = stablehlo.dot_general %1, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>
+      %3 = stablehlo.slice %2 [0:2, 0:16] : (tensor<8x16xf32>) -> tensor<2x16xf32>
+      %c_1 = stablehlo.constant dense<1> : tensor<i32>
+      %4 = stablehlo.add %iterArg, %c_1 : tensor<i32>
+      stablehlo.return %4, %3 : tensor<i32>, tensor<2x16xf32>
+    }
+    return %0#1 : tensor<2x16xf32>
+  }
+}
+
+// -----
+
+// A site inside an sdy.manual_computation body (jax.shard_map over both mesh axes,
+// gathering over "x", as JAX emits it): the loop lives in the body and reads the
+// body's block arguments; the dot's precision config is kept on every partial dot.
+// CHECK-LABEL: func.func public @manual
+// CHECK: sdy.manual_computation(%arg0, %arg1) in_shardings=[<@mesh, [{"x"}, {}]>, <@mesh, [{}, {}]>] out_shardings=[<@mesh, [{}, {}]>] manual_axes={"x", "y"} (%[[MC_X:.*]]: tensor<16x32xf32>, %[[MC_W:.*]]: tensor<32x16xf32>) {
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: stablehlo.partition_id
+// CHECK: stablehlo.constant dense<[0, 0, 1, 1, 2, 2, 3, 3]> : tensor<8xi32>
+// CHECK: %[[MC_LOOP:.*]]:5 = stablehlo.while(%[[MC_K:.*]] = %{{.*}}, %[[MC_CUR:.*]] = %[[MC_X]], %[[MC_ACC:.*]] = %{{.*}}, %[[MC_OTHER:.*]] = %[[MC_W]],
+// CHECK: "stablehlo.collective_permute"(%[[MC_CUR]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]> : tensor<8x2xi64>}>
+// CHECK: stablehlo.dot_general %[[MC_CUR]], %[[MC_OTHER]], contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<16x32xf32>, tensor<32x16xf32>) -> tensor<16x16xf32>
+// CHECK: %[[MC_LAST:.*]] = stablehlo.dot_general %[[MC_LOOP]]#1, %[[MC_W]], contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT]
+// CHECK: %[[MC_OUT:.*]] = stablehlo.dynamic_update_slice %[[MC_LOOP]]#2, %[[MC_LAST]]
+// CHECK: sdy.return %[[MC_OUT]] : tensor<64x16xf32>
+// CHECK-NOT: stablehlo.all_gather
+module @jit_manual attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=4, "y"=2]>
+  func.func public @manual(%arg0: tensor<64x32xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}, %arg1: tensor<32x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>}) -> (tensor<64x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>}) {
+    %0 = sdy.manual_computation(%arg0, %arg1) in_shardings=[<@mesh, [{"x"}, {}]>, <@mesh, [{}, {}]>] out_shardings=[<@mesh, [{}, {}]>] manual_axes={"x", "y"} (%arg2: tensor<16x32xf32>, %arg3: tensor<32x16xf32>) {
+      %1 = "stablehlo.all_gather"(%arg2) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 2, 4, 6], [1, 3, 5, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<16x32xf32>) -> tensor<64x32xf32>
+      %2 = stablehlo.dot_general %1, %arg3, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<64x32xf32>, tensor<32x16xf32>) -> tensor<64x16xf32>
+      sdy.return %2 : tensor<64x16xf32>
+    } : (tensor<64x32xf32>, tensor<32x16xf32>) -> tensor<64x16xf32>
+    return %0 : tensor<64x16xf32>
+  }
+}
+
+// -----
+
+// The all_gather has a user besides the dot: it stays for that user (still on the
+// shard), while the dot becomes a loop that never reads the gathered tensor.
+// CHECK-LABEL: func.func @extra_user
+// CHECK: %[[EU_G:.*]] = "stablehlo.all_gather"(%arg0)
+// CHECK-NOT: stablehlo.dot_general %[[EU_G]]
+// CHECK: %[[EU_LOOP:.*]]:5 = stablehlo.while(%[[EU_K:.*]] = %{{.*}}, %[[EU_CUR:.*]] = %arg0, %[[EU_ACC:.*]] = %{{.*}}, %[[EU_OTHER:.*]] = %arg1,
+// CHECK: "stablehlo.collective_permute"(%[[EU_CUR]])
+// CHECK: stablehlo.dot_general %[[EU_CUR]], %[[EU_OTHER]]
+// CHECK: %[[EU_OUT:.*]] = stablehlo.dynamic_update_slice %[[EU_LOOP]]#2
+// CHECK-NOT: stablehlo.dot_general %[[EU_G]]
+// CHECK: %[[EU_NEG:.*]] = stablehlo.negate %[[EU_G]]
+// CHECK: return %[[EU_OUT]], %[[EU_NEG]]
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @extra_user(%arg0: tensor<2x16xf32>, %arg1: tensor<16x8xf32>) -> (tensor<8x8xf32>, tensor<8x16xf32>) {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %2 = stablehlo.negate %0 : tensor<8x16xf32>
+    return %1, %2 : tensor<8x8xf32>, tensor<8x16xf32>
+  }
+}
+
+// -----
+
+// Two dots read one all_gather: each becomes its own loop over the same shard and
+// the all_gather goes away.
+// CHECK-LABEL: func.func @two_dots
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: %[[TD_LOOP1:.*]]:5 = stablehlo.while(%{{.*}} = %{{.*}}, %{{.*}} = %arg0, %{{.*}} = %{{.*}}, %{{.*}} = %arg1,
+// CHECK: stablehlo.collective_permute
+// CHECK: %[[TD_OUT1:.*]] = stablehlo.dynamic_update_slice %[[TD_LOOP1]]#2
+// CHECK: %[[TD_LOOP2:.*]]:5 = stablehlo.while(%{{.*}} = %{{.*}}, %{{.*}} = %arg0, %{{.*}} = %{{.*}}, %{{.*}} = %arg2,
+// CHECK: stablehlo.collective_permute
+// CHECK: %[[TD_OUT2:.*]] = stablehlo.dynamic_update_slice %[[TD_LOOP2]]#2
+// CHECK: return %[[TD_OUT1]], %[[TD_OUT2]]
+// CHECK-NOT: stablehlo.all_gather
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @two_dots(%arg0: tensor<2x16xf32>, %arg1: tensor<16x8xf32>, %arg2: tensor<16x4xf32>) -> (tensor<8x8xf32>, tensor<8x4xf32>) {
+    // REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 2 dot(s) (free dim, free dim), tensor<8x16xf32> gathered over groups of 4
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %2 = stablehlo.dot_general %0, %arg2, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+    return %1, %2 : tensor<8x8xf32>, tensor<8x4xf32>
+  }
+}
+
+// -----
+
+// Exactly 1 MiB gathered (512x512xf32): at or above the default threshold, so the
+// default pipeline (third RUN line) rewrites it, unlike the tiny @free_lhs.
+// CHECK-LABEL: func.func @default_threshold
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: stablehlo.collective_permute
+// DEFAULT-LABEL: func.func @default_threshold
+// DEFAULT-NOT: stablehlo.all_gather
+// DEFAULT: stablehlo.while
+// DEFAULT: stablehlo.collective_permute
+// DEFAULT-NOT: stablehlo.all_gather
+// DEFAULT: return
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @default_threshold(%arg0: tensor<128x512xf32>, %arg1: tensor<512x8xf32>) -> tensor<512x8xf32> {
+    // DEFAULT-REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<512x512xf32> gathered over groups of 4
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<128x512xf32>) -> tensor<512x512xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<512x512xf32>, tensor<512x8xf32>) -> tensor<512x8xf32>
+    return %1 : tensor<512x8xf32>
+  }
+}
+
+// -----
+
+// Left unchanged: the replica groups cover only 4 of the 8 partitions.
+// CHECK-LABEL: func.func @groups_not_partition
+// CHECK: %[[GN_G:.*]] = "stablehlo.all_gather"
+// CHECK-NEXT: stablehlo.dot_general %[[GN_G]], %arg1
+// CHECK-NOT: stablehlo.collective_permute
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @groups_not_partition(%arg0: tensor<2x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
+    // REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: left unchanged: replica groups do not partition the 8 device ids
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// Left unchanged: replica groups given as mesh axes (what jax >= 0.11 emits).
+// CHECK-LABEL: func.func @mesh_axes
+// CHECK: %[[MA_G:.*]] = "stablehlo.all_gather"
+// CHECK-SAME: replica_groups = #stablehlo.replica_group_mesh_axes<
+// CHECK-NEXT: stablehlo.dot_general %[[MA_G]], %arg1
+// CHECK-NOT: stablehlo.collective_permute
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @mesh_axes(%arg0: tensor<2x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
+    // REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: left unchanged: replica groups given as mesh axes
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = #stablehlo.replica_group_mesh_axes<mesh = #stablehlo.mesh<axes = [<name = "x", size = 4>, <name = "y", size = 2>]>, axes = [#stablehlo.axis_ref<name = "x">]>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// Left unchanged: dynamic shapes.
+// CHECK-LABEL: func.func @dynamic_shape
+// CHECK: %[[DS_G:.*]] = "stablehlo.all_gather"
+// CHECK-NEXT: stablehlo.dot_general %[[DS_G]], %arg1
+// CHECK-NOT: stablehlo.collective_permute
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @dynamic_shape(%arg0: tensor<?x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<?x8xf32> {
+    // REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: left unchanged: dynamic or unranked shape tensor<?x16xf32>
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<?x16xf32>) -> tensor<?x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<?x16xf32>, tensor<16x8xf32>) -> tensor<?x8xf32>
+    return %1 : tensor<?x8xf32>
+  }
+}
+
+// -----
+
+// Left unchanged: the gathered tensor is both operands of the dot.
+// CHECK-LABEL: func.func @both_operands
+// CHECK: %[[BO_G:.*]] = "stablehlo.all_gather"
+// CHECK-NEXT: stablehlo.dot_general %[[BO_G]], %[[BO_G]]
+// CHECK-NOT: stablehlo.collective_permute
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @both_operands(%arg0: tensor<2x8xf32>) -> tensor<8x8xf32> {
+    // REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: left unchanged: the gathered tensor is both operands of the dot
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<2x8xf32>) -> tensor<8x8xf32>
+    %1 = stablehlo.dot_general %0, %0, contracting_dims = [1] x [0] : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// Not a candidate: an optimization_barrier separates the all_gather from the dot.
+// Nothing changes and no remark is printed for it.
+// CHECK-LABEL: func.func @barrier
+// CHECK: %[[OB_G:.*]] = "stablehlo.all_gather"
+// CHECK-NEXT: %[[OB_B:.*]] = stablehlo.optimization_barrier %[[OB_G]]
+// CHECK-NEXT: stablehlo.dot_general %[[OB_B]], %arg1
+// CHECK-NOT: stablehlo.collective_permute
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @barrier(%arg0: tensor<2x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
+    // REMARK-NOT: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %1 = stablehlo.optimization_barrier %0 : tensor<8x16xf32>
+    %2 = stablehlo.dot_general %1, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %2 : tensor<8x8xf32>
+  }
+}

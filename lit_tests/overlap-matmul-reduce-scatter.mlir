@@ -1,0 +1,305 @@
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file | FileCheck %s
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
+
+// Scatter dim 0 comes from a free dim of the lhs; 2 contiguous groups of 4. Step 0
+// is peeled before the loop: this device's block (p + 1) mod 4 of the product (lhs
+// rows sliced), without a permute. Each of the 3 loop steps permutes the carried
+// accumulator (a block argument) while the dot computes block (p + k + 1) mod 4
+// from the loop-invariant operands, then adds the two. The full 8x8 product is
+// never built.
+// CHECK-LABEL: func.func @free_lhs
+// CHECK-SAME: (%[[RL_A:.*]]: tensor<8x16xf32>, %[[RL_B:.*]]: tensor<16x8xf32>)
+// CHECK-NOT: tensor<8x8xf32>
+// CHECK: %[[RL_PID:.*]] = stablehlo.partition_id
+// CHECK-NEXT: %[[RL_ID:.*]] = stablehlo.convert %[[RL_PID]]
+// CHECK-NEXT: %[[RL_TABLE:.*]] = stablehlo.constant dense<[0, 1, 2, 3, 0, 1, 2, 3]> : tensor<8xi32>
+// CHECK-NEXT: %[[RL_SLOT:.*]] = stablehlo.dynamic_slice %[[RL_TABLE]], %[[RL_ID]], sizes = [1]
+// CHECK-NEXT: %[[RL_POS:.*]] = stablehlo.reshape %[[RL_SLOT]]
+// CHECK-NEXT: %[[RL_ONE:.*]] = stablehlo.constant dense<1> : tensor<i32>
+// CHECK-NEXT: %[[RL_J0:.*]] = stablehlo.add %[[RL_POS]], %[[RL_ONE]]
+// CHECK-NEXT: %[[RL_N0:.*]] = stablehlo.constant dense<4> : tensor<i32>
+// CHECK-NEXT: %[[RL_M0:.*]] = stablehlo.remainder %[[RL_J0]], %[[RL_N0]]
+// CHECK-NEXT: %[[RL_BLK0:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// CHECK-NEXT: %[[RL_OFF0:.*]] = stablehlo.multiply %[[RL_M0]], %[[RL_BLK0]]
+// CHECK-NEXT: %[[RL_Z0:.*]] = stablehlo.constant dense<0> : tensor<i32>
+// CHECK-NEXT: %[[RL_S0:.*]] = stablehlo.dynamic_slice %[[RL_A]], %[[RL_OFF0]], %[[RL_Z0]], sizes = [2, 16] : (tensor<8x16xf32>, tensor<i32>, tensor<i32>) -> tensor<2x16xf32>
+// CHECK-NEXT: %[[RL_FIRST:.*]] = stablehlo.dot_general %[[RL_S0]], %[[RL_B]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[RL_START:.*]] = stablehlo.constant dense<1> : tensor<i32>
+// CHECK-NEXT: %[[RL_LOOP:.*]]:5 = stablehlo.while(%[[RL_K:.*]] = %[[RL_START]], %[[RL_ACC:.*]] = %[[RL_FIRST]], %[[RL_LHS:.*]] = %[[RL_A]], %[[RL_RHS:.*]] = %[[RL_B]], %[[RL_P:.*]] = %[[RL_POS]])
+// CHECK: cond {
+// CHECK-NEXT: %[[RL_STOP:.*]] = stablehlo.constant dense<4> : tensor<i32>
+// CHECK-NEXT: stablehlo.compare LT, %[[RL_K]], %[[RL_STOP]], SIGNED
+// CHECK: } do {
+// CHECK-NEXT: %[[RL_MOVED:.*]] = "stablehlo.collective_permute"(%[[RL_ACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}> : (tensor<2x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[RL_ONE1:.*]] = stablehlo.constant dense<1> : tensor<i32>
+// CHECK-NEXT: %[[RL_K1:.*]] = stablehlo.add %[[RL_K]], %[[RL_ONE1]]
+// CHECK-NEXT: %[[RL_J:.*]] = stablehlo.add %[[RL_P]], %[[RL_K1]]
+// CHECK-NEXT: %[[RL_N:.*]] = stablehlo.constant dense<4> : tensor<i32>
+// CHECK-NEXT: %[[RL_M:.*]] = stablehlo.remainder %[[RL_J]], %[[RL_N]]
+// CHECK-NEXT: %[[RL_BLK:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// CHECK-NEXT: %[[RL_OFF:.*]] = stablehlo.multiply %[[RL_M]], %[[RL_BLK]]
+// CHECK-NEXT: %[[RL_Z:.*]] = stablehlo.constant dense<0> : tensor<i32>
+// CHECK-NEXT: %[[RL_SLICE:.*]] = stablehlo.dynamic_slice %[[RL_LHS]], %[[RL_OFF]], %[[RL_Z]], sizes = [2, 16]
+// CHECK-NEXT: %[[RL_PART:.*]] = stablehlo.dot_general %[[RL_SLICE]], %[[RL_RHS]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[RL_SUM:.*]] = stablehlo.add %[[RL_MOVED]], %[[RL_PART]] : tensor<2x8xf32>
+// CHECK: stablehlo.return %{{.*}}, %[[RL_SUM]], %[[RL_LHS]], %[[RL_RHS]], %[[RL_P]] :
+// CHECK-NEXT: }
+// CHECK-NEXT: return %[[RL_LOOP]]#1 : tensor<2x8xf32>
+// CHECK-NOT: stablehlo.reduce_scatter
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @free_lhs(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<2x8xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8x8xf32> scattered on dim 0 (free dim of operand 0) over groups of 4
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<8x8xf32>) -> tensor<2x8xf32>
+    return %1 : tensor<2x8xf32>
+  }
+}
+
+// -----
+
+// Scatter dim 1 comes from a free dim of the rhs; strided groups [[0,2,4,6],
+// [1,3,5,7]]: the rhs columns are sliced, the lhs is used whole.
+// CHECK-LABEL: func.func @free_rhs
+// CHECK-SAME: (%[[RR_A:.*]]: tensor<8x16xf32>, %[[RR_B:.*]]: tensor<16x8xf32>)
+// CHECK-NOT: tensor<8x8xf32>
+// CHECK: stablehlo.constant dense<[0, 0, 1, 1, 2, 2, 3, 3]> : tensor<8xi32>
+// CHECK: %[[RR_S0:.*]] = stablehlo.dynamic_slice %[[RR_B]], %{{.*}}, %{{.*}}, sizes = [16, 2]
+// CHECK-NEXT: %[[RR_FIRST:.*]] = stablehlo.dot_general %[[RR_A]], %[[RR_S0]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x2xf32>) -> tensor<8x2xf32>
+// CHECK: %[[RR_LOOP:.*]]:5 = stablehlo.while(%[[RR_K:.*]] = %{{.*}}, %[[RR_ACC:.*]] = %[[RR_FIRST]], %[[RR_LHS:.*]] = %[[RR_A]], %[[RR_RHS:.*]] = %[[RR_B]], %[[RR_P:.*]] = %{{.*}})
+// CHECK: } do {
+// CHECK-NEXT: %[[RR_MOVED:.*]] = "stablehlo.collective_permute"(%[[RR_ACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]> : tensor<8x2xi64>}> : (tensor<8x2xf32>) -> tensor<8x2xf32>
+// CHECK: %[[RR_OFF:.*]] = stablehlo.multiply
+// CHECK: %[[RR_SLICE:.*]] = stablehlo.dynamic_slice %[[RR_RHS]], %{{.*}}, %[[RR_OFF]], sizes = [16, 2]
+// CHECK-NEXT: %[[RR_PART:.*]] = stablehlo.dot_general %[[RR_LHS]], %[[RR_SLICE]]
+// CHECK-NEXT: stablehlo.add %[[RR_MOVED]], %[[RR_PART]] : tensor<8x2xf32>
+// CHECK: return %[[RR_LOOP]]#1 : tensor<8x2xf32>
+// CHECK-NOT: stablehlo.reduce_scatter
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @free_rhs(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x2xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8x8xf32> scattered on dim 1 (free dim of operand 1) over groups of 4
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 2, 4, 6], [1, 3, 5, 7]]> : tensor<2x4xi64>, scatter_dimension = 1 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<8x8xf32>) -> tensor<8x2xf32>
+    return %1 : tensor<8x2xf32>
+  }
+}
+
+// -----
+
+// Scatter dim 0 is a batch dim; groups of 2 [[0,1],[2,3],[4,5],[6,7]]: both
+// operands are sliced at the same batch offset, in the peeled step and in the loop.
+// CHECK-LABEL: func.func @batch
+// CHECK-SAME: (%[[RB_A:.*]]: tensor<4x8x16xf32>, %[[RB_B:.*]]: tensor<4x16x8xf32>)
+// CHECK-NOT: tensor<4x8x8xf32>
+// CHECK: stablehlo.constant dense<[0, 1, 0, 1, 0, 1, 0, 1]> : tensor<8xi32>
+// CHECK: %[[RB_OFF0:.*]] = stablehlo.multiply
+// CHECK: %[[RB_SA0:.*]] = stablehlo.dynamic_slice %[[RB_A]], %[[RB_OFF0]], %{{.*}}, %{{.*}}, sizes = [2, 8, 16]
+// CHECK: %[[RB_SB0:.*]] = stablehlo.dynamic_slice %[[RB_B]], %[[RB_OFF0]], %{{.*}}, %{{.*}}, sizes = [2, 16, 8]
+// CHECK-NEXT: %[[RB_FIRST:.*]] = stablehlo.dot_general %[[RB_SA0]], %[[RB_SB0]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x16xf32>, tensor<2x16x8xf32>) -> tensor<2x8x8xf32>
+// CHECK: %[[RB_LOOP:.*]]:5 = stablehlo.while(%[[RB_K:.*]] = %{{.*}}, %[[RB_ACC:.*]] = %[[RB_FIRST]], %[[RB_LHS:.*]] = %[[RB_A]], %[[RB_RHS:.*]] = %[[RB_B]], %[[RB_P:.*]] = %{{.*}})
+// CHECK: stablehlo.constant dense<2> : tensor<i32>
+// CHECK: } do {
+// CHECK-NEXT: %[[RB_MOVED:.*]] = "stablehlo.collective_permute"(%[[RB_ACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 0], [2, 3], [3, 2], [4, 5], [5, 4], [6, 7], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK: %[[RB_OFF:.*]] = stablehlo.multiply
+// CHECK: %[[RB_SA:.*]] = stablehlo.dynamic_slice %[[RB_LHS]], %[[RB_OFF]], %{{.*}}, %{{.*}}, sizes = [2, 8, 16]
+// CHECK: %[[RB_SB:.*]] = stablehlo.dynamic_slice %[[RB_RHS]], %[[RB_OFF]], %{{.*}}, %{{.*}}, sizes = [2, 16, 8]
+// CHECK-NEXT: %[[RB_PART:.*]] = stablehlo.dot_general %[[RB_SA]], %[[RB_SB]], batching_dims = [0] x [0], contracting_dims = [2] x [1]
+// CHECK-NEXT: stablehlo.add %[[RB_MOVED]], %[[RB_PART]] : tensor<2x8x8xf32>
+// CHECK: return %[[RB_LOOP]]#1 : tensor<2x8x8xf32>
+// CHECK-NOT: stablehlo.reduce_scatter
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @batch(%arg0: tensor<4x8x16xf32>, %arg1: tensor<4x16x8xf32>) -> tensor<2x8x8xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<4x8x16xf32>, tensor<4x16x8xf32>) -> tensor<4x8x8xf32>
+    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<4x8x8xf32> scattered on dim 0 (batch) over groups of 2
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1], [2, 3], [4, 5], [6, 7]]> : tensor<4x2xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<4x8x8xf32>) -> tensor<2x8x8xf32>
+    return %1 : tensor<2x8x8xf32>
+  }
+}
+
+// -----
+
+// The reduction adds its block arguments in the other order (add %rhs, %lhs): still
+// a plain add. One group of all 8 partitions.
+// CHECK-LABEL: func.func @add_swapped
+// CHECK: stablehlo.constant dense<[0, 1, 2, 3, 4, 5, 6, 7]> : tensor<8xi32>
+// CHECK: stablehlo.while(%[[AS_K:.*]] = %{{[^,]+}}, %[[AS_ACC:.*]] = %{{[^,]+}}, %{{.*}} = %arg0, %{{.*}} = %arg1, %{{.*}}) : tensor<i32>, tensor<1x8xf32>,
+// CHECK: stablehlo.constant dense<8> : tensor<i32>
+// CHECK: "stablehlo.collective_permute"(%[[AS_ACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NOT: stablehlo.reduce_scatter
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @add_swapped(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<1x8xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.add %arg3, %arg2 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<8x8xf32>) -> tensor<1x8xf32>
+    return %1 : tensor<1x8xf32>
+  }
+}
+
+// -----
+
+// Replica ids (no channel handle, 8 replicas): stablehlo.replica_id gives the
+// position and the permute carries no channel handle.
+// CHECK-LABEL: func.func @replica_ids
+// CHECK-NOT: channel_handle
+// CHECK-NOT: stablehlo.partition_id
+// CHECK: stablehlo.replica_id
+// CHECK: stablehlo.while(%[[RI_K:.*]] = %{{[^,]+}}, %[[RI_ACC:.*]] = %{{[^,]+}}, %{{.*}} = %arg0, %{{.*}} = %arg1, %{{.*}})
+// CHECK-NOT: channel_handle
+// CHECK: "stablehlo.collective_permute"(%[[RI_ACC]]) <{source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NOT: channel_handle
+// CHECK-NOT: stablehlo.reduce_scatter
+module attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 8 : i32} {
+  func.func @replica_ids(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<2x8xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %1 = "stablehlo.reduce_scatter"(%0) <{replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, scatter_dimension = 0 : i64}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<8x8xf32>) -> tensor<2x8xf32>
+    return %1 : tensor<2x8xf32>
+  }
+}
+
+// -----
+
+// bf16: the accumulator keeps the reduce_scatter's element type, so the permutes
+// move bf16 like the original collective would; nothing is widened to f32.
+// CHECK-LABEL: func.func @bf16
+// CHECK-NOT: f32
+// CHECK: stablehlo.while(%[[BF_K:.*]] = %{{[^,]+}}, %[[BF_ACC:.*]] = %{{[^,]+}}, %{{.*}} = %arg0, %{{.*}} = %arg1, %{{.*}}) : tensor<i32>, tensor<2x8xbf16>,
+// CHECK: "stablehlo.collective_permute"(%[[BF_ACC]]) {{.*}} : (tensor<2x8xbf16>) -> tensor<2x8xbf16>
+// CHECK: stablehlo.dot_general {{.*}} -> tensor<2x8xbf16>
+// CHECK-NOT: f32
+// CHECK: return %{{.*}} : tensor<2x8xbf16>
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @bf16(%arg0: tensor<8x16xbf16>, %arg1: tensor<16x8xbf16>) -> tensor<2x8xbf16> {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xbf16>, tensor<16x8xbf16>) -> tensor<8x8xbf16>
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<bf16>, %arg3: tensor<bf16>):
+      %2 = stablehlo.add %arg2, %arg3 : tensor<bf16>
+      stablehlo.return %2 : tensor<bf16>
+    }) : (tensor<8x8xbf16>) -> tensor<2x8xbf16>
+    return %1 : tensor<2x8xbf16>
+  }
+}
+
+// -----
+
+// Left unchanged: the reduction is a maximum, not an add.
+// CHECK-LABEL: func.func @max_reduction
+// CHECK: %[[MX_D:.*]] = stablehlo.dot_general %arg0, %arg1
+// CHECK-NEXT: "stablehlo.reduce_scatter"(%[[MX_D]])
+// CHECK: stablehlo.maximum
+// CHECK-NOT: stablehlo.collective_permute
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @max_reduction(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<2x8xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: left unchanged: reduction is not a plain add
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.maximum %arg2, %arg3 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<8x8xf32>) -> tensor<2x8xf32>
+    return %1 : tensor<2x8xf32>
+  }
+}
+
+// -----
+
+// Left unchanged: the dot's full result is also returned, so it must be computed
+// anyway.
+// CHECK-LABEL: func.func @dot_second_user
+// CHECK: %[[SU_D:.*]] = stablehlo.dot_general %arg0, %arg1
+// CHECK-NEXT: %[[SU_S:.*]] = "stablehlo.reduce_scatter"(%[[SU_D]])
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: return %[[SU_S]], %[[SU_D]]
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @dot_second_user(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> (tensor<2x8xf32>, tensor<8x8xf32>) {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: left unchanged: the dot result has users other than the reduce_scatter
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<8x8xf32>) -> tensor<2x8xf32>
+    return %1, %0 : tensor<2x8xf32>, tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// Left unchanged: the scatter dim (6) is not group size (4) x result dim (2). The
+// StableHLO verifier accepts this reduce_scatter.
+// CHECK-LABEL: func.func @not_divisible
+// CHECK: %[[ND_D:.*]] = stablehlo.dot_general %arg0, %arg1
+// CHECK-NEXT: "stablehlo.reduce_scatter"(%[[ND_D]])
+// CHECK-NOT: stablehlo.collective_permute
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @not_divisible(%arg0: tensor<6x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<2x8xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<6x16xf32>, tensor<16x8xf32>) -> tensor<6x8xf32>
+    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: left unchanged: scatter dim 6 is not 4 x 2
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<6x8xf32>) -> tensor<2x8xf32>
+    return %1 : tensor<2x8xf32>
+  }
+}
+
+// -----
+
+// Left unchanged: the replica groups cover only 4 of the 8 partitions.
+// CHECK-LABEL: func.func @groups_not_partition
+// CHECK: %[[GN_D:.*]] = stablehlo.dot_general %arg0, %arg1
+// CHECK-NEXT: "stablehlo.reduce_scatter"(%[[GN_D]])
+// CHECK-NOT: stablehlo.collective_permute
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @groups_not_partition(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<2x8xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: left unchanged: replica groups do not partition the 8 device ids
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<8x8xf32>) -> tensor<2x8xf32>
+    return %1 : tensor<2x8xf32>
+  }
+}
+
+// -----
+
+// Not a candidate: an optimization_barrier separates the dot from the
+// reduce_scatter. Nothing changes and no remark is printed for it.
+// CHECK-LABEL: func.func @barrier
+// CHECK: %[[OB_D:.*]] = stablehlo.dot_general %arg0, %arg1
+// CHECK-NEXT: %[[OB_B:.*]] = stablehlo.optimization_barrier %[[OB_D]]
+// CHECK-NEXT: "stablehlo.reduce_scatter"(%[[OB_B]])
+// CHECK-NOT: stablehlo.collective_permute
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @barrier(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<2x8xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %1 = stablehlo.optimization_barrier %0 : tensor<8x8xf32>
+    // REMARK-NOT: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:
+    %2 = "stablehlo.reduce_scatter"(%1) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %3 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %3 : tensor<f32>
+    }) : (tensor<8x8xf32>) -> tensor<2x8xf32>
+    return %2 : tensor<2x8xf32>
+  }
+}
