@@ -117,7 +117,8 @@ class RewritePass:
         def pattern(op, rewriter):
             location = op.location  # read before the rewrite erases `op`
             try:
-                detail = self.rewrite_site(op, rewriter, channels)
+                with location:
+                    detail = self.rewrite_site(op, rewriter, channels)
             except NoMatch:
                 return True
             except Unsupported as reason:

@@ -30,7 +30,8 @@ from jaxlib.mlir.dialects import stablehlo
 from overlap_hlo import builders as b
 from overlap_hlo.collectives import Ring, Unsupported
 from overlap_hlo.dots import DotDims
-from overlap_hlo.lookthrough import aliases, erase_unused
+from overlap_hlo.lookthrough import (ViewedUse, dim_after, erase_unused, replay,
+                                     users_through_views)
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, require_supported_types
 
 
@@ -43,6 +44,7 @@ class GatherSite:
     other_dim: int | None
     block: int             # shard size along the gathered dim
     ring: Ring
+    views: tuple[ir.Operation, ...]  # transposes/converts between gather and dot
 
 
 @dataclass(frozen=True)
@@ -55,17 +57,17 @@ class OverlapAllGatherMatmul(RewritePass):
 
     def rewrite_site(self, op, rewriter, channels) -> str:
         gather = op.operation
-        values = aliases(gather.results[0])
-        dots = [(value, use.owner.operation) for value in values for use in value.uses
-                if use.owner.operation.name == "stablehlo.dot_general"]
+        uses, values = users_through_views(gather.results[0])
+        dots = [use for use in uses if use.user.name == "stablehlo.dot_general"]
         if len(gather.operands) != 1 or not dots:
             raise NoMatch
         ring = Ring.from_collective(gather)
         shard = gather.operands[0]
         require_supported_types(shard.type, gather.results[0].type)
         self.check_size(gather.results[0].type)
-        sites = [self.analyze(gather, value, dot, ring) for value, dot in dots]
-        kinds = ", ".join(f"{s.kind} dim" for s in sites)
+        sites = [self.analyze(gather, use, ring) for use in dots]
+        kinds = ", ".join(f"{s.kind} dim" + "".join(f" through {v.name}" for v in s.views)
+                          for s in sites)
         detail = (f"{len(sites)} dot(s) ({kinds}), {gather.results[0].type} gathered "
                   f"over groups of {ring.size}")
         for site in sites:
@@ -76,19 +78,22 @@ class OverlapAllGatherMatmul(RewritePass):
         return detail
 
     @staticmethod
-    def analyze(gather: ir.Operation, value: ir.Value, dot: ir.Operation,
-                ring: Ring) -> GatherSite:
-        uses = [i for i, operand in enumerate(dot.operands) if operand == value]
-        if len(uses) != 1:
+    def analyze(gather: ir.Operation, use: ViewedUse, ring: Ring) -> GatherSite:
+        dot = use.user
+        operands = [i for i, operand in enumerate(dot.operands) if operand == use.value]
+        if len(operands) != 1:
             raise Unsupported("the gathered tensor is both operands of the dot")
-        require_supported_types(dot.results[0].type, dot.operands[1 - uses[0]].type)
+        require_supported_types(dot.results[0].type, dot.operands[1 - operands[0]].type)
         dim = ir.IntegerAttr(gather.attributes["all_gather_dim"]).value
-        full = value.type.shape[dim]
+        full = gather.results[0].type.shape[dim]
         block = gather.operands[0].type.shape[dim]
         if block * ring.size != full:
             raise Unsupported(f"gathered dim {full} is not {ring.size} x {block}")
-        kind, result_dim, other_dim = DotDims.of(dot).classify(uses[0], dim)
-        return GatherSite(dot, uses[0], kind, result_dim, other_dim, block, ring)
+        for view in use.views:
+            dim = dim_after(view, dim)
+        kind, result_dim, other_dim = DotDims.of(dot).classify(operands[0], dim)
+        return GatherSite(dot, operands[0], kind, result_dim, other_dim, block, ring,
+                          use.views)
 
 
 def emit_loop(site: GatherSite, shard: ir.Value, channel: int) -> ir.Value:
@@ -106,7 +111,8 @@ def emit_loop(site: GatherSite, shard: ir.Value, channel: int) -> ir.Value:
         offset = b.block_offset(position, k, n, site.block)
         if site.other_dim is not None:
             other = b.slice_dim(other, site.other_dim, offset, site.block)
-        operands = [cur, other] if site.gathered == 0 else [other, cur]
+        viewed = replay(site.views, cur)
+        operands = [viewed, other] if site.gathered == 0 else [other, viewed]
         part = b.dot_like(dot, *operands, part_type)
         if site.result_dim is None:
             return b.add(acc, part)

@@ -25,7 +25,7 @@ from jaxlib.mlir.dialects import stablehlo
 from overlap_hlo import builders as b
 from overlap_hlo.collectives import Ring, Unsupported
 from overlap_hlo.dots import DotDims
-from overlap_hlo.lookthrough import producer
+from overlap_hlo.lookthrough import TRANSPARENT, dim_before, producer, replay
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, require_supported_types
 
 
@@ -51,19 +51,24 @@ class OverlapMatmulReduceScatter(RewritePass):
         require_supported_types(result_type, dot.results[0].type,
                                 *(operand.type for operand in dot.operands))
         self.check_size(dot.results[0].type)
-        dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value
-        block = result_type.shape[dim]
-        if block * ring.size != dot.results[0].type.shape[dim]:
-            raise Unsupported(f"scatter dim {dot.results[0].type.shape[dim]} is not "
-                              f"{ring.size} x {block}")
+        scatter_dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value
+        block = result_type.shape[scatter_dim]
+        dim = scatter_dim
+        for view in reversed(between):
+            dim = dim_before(view, dim)
+        full = dot.results[0].type.shape[dim]
+        if block * ring.size != full:
+            raise Unsupported(f"scatter dim {full} is not {ring.size} x {block}")
         sliced = DotDims.of(dot).result_source(dim)
         source = "batch" if len(sliced) == 2 else f"free dim of operand {sliced[0][0]}"
-        detail = (f"{dot.results[0].type} scattered on dim {dim} ({source}) "
+        through = "".join(f" through {view.name}" for view in between)
+        detail = (f"{dot.results[0].type} scattered on dim {dim} ({source}){through} "
                   f"over groups of {ring.size}")
+        part_type = b.with_dim(dot.results[0].type, dim, block)
         with ir.InsertionPoint(scatter), scatter.location:
-            result = emit_loop(dot, sliced, block, ring, result_type, channels())
+            result = emit_loop(dot, sliced, block, ring, part_type, between, channels())
         rewriter.replace_op(scatter, [result])
-        for dead in [*between, dot]:
+        for dead in [*reversed(between), dot]:
             rewriter.erase_op(dead)
         return detail
 
@@ -72,7 +77,8 @@ def is_add_reduction(region: ir.Region) -> bool:
     """The region returns add(arg0, arg1), in either order, maybe through constraints."""
     block = region.blocks[0]
     ops = [op.operation for op in block.operations]
-    add, between = producer(ops[-1].operands[0]) if len(ops[-1].operands) == 1 else (None, [])
+    add, between = (producer(ops[-1].operands[0], TRANSPARENT) if len(ops[-1].operands) == 1
+                    else (None, []))
     if add is None or add.name != "stablehlo.add" or len(ops) != len(between) + 2:
         return False
     args, operands = list(block.arguments), list(add.operands)
@@ -80,7 +86,8 @@ def is_add_reduction(region: ir.Region) -> bool:
 
 
 def emit_loop(dot: ir.Operation, sliced: list[tuple[int, int]], block: int, ring: Ring,
-              result_type: ir.RankedTensorType, channel: int) -> ir.Value:
+              part_type: ir.RankedTensorType, views: list[ir.Operation],
+              channel: int) -> ir.Value:
     """The loop replacing reduce_scatter(dot), built at the current insertion point."""
     n = ring.size
     pairs = ring.shift_pairs()
@@ -92,7 +99,7 @@ def emit_loop(dot: ir.Operation, sliced: list[tuple[int, int]], block: int, ring
         operands = [lhs, rhs]
         for index, dim in sliced:
             operands[index] = b.slice_dim(operands[index], dim, offset, block)
-        return b.dot_like(dot, *operands, result_type)
+        return replay(views, b.dot_like(dot, *operands, part_type))
 
     def body(k, carried, invariants):
         (acc,) = carried

@@ -59,6 +59,33 @@ SCATTER_CASES = {
 }
 
 
+# Views between the collective and the dot: transposes and converts.
+VIEW_CASES = {
+    # weight gradient g.T @ dy: transpose of the gathered activations
+    "gather-transpose": (lambda x, dy: ag("x", 0)(x).T @ dy,
+                         [((64, 32), P("x")), ((64, 16), P())], P()),
+    # bf16 activations gathered, then upcast for an f32 matmul
+    "gather-convert": (lambda x, w: ag("x", 0)(x).astype(jnp.float32) @ w,
+                       [((64, 32), P("x")), ((32, 16), P())], P()),
+    # f32 partial sums rounded to bf16 before the scatter
+    "scatter-convert": (lambda x, w: rs("x", 0)((x @ w).astype(jnp.bfloat16)),
+                        [((64, 32), P(None, "x")), ((32, 24), P("x"))], P("x")),
+    # batched dot whose output JAX transposes (einsum "ibj,bjk->ibk")
+    "scatter-transpose": (lambda x, w: rs("x", 1)(jnp.einsum("ibj,bjk->ibk", x, w)),
+                          [((16, 8, 32), P(None, None, "x")), ((8, 32, 24), P(None, "x"))],
+                          P(None, "x")),
+}
+
+
+@pytest.mark.parametrize("shardy", EXPORT_FORMS)
+@pytest.mark.parametrize("case", sorted(VIEW_CASES))
+def test_views_between_collective_and_dot(case, shardy):
+    fn, inputs, out_specs = VIEW_CASES[case]
+    dtype = jnp.bfloat16 if case == "gather-convert" else jnp.float32
+    prog = Program(fn, (4, 2), ("x", "y"), inputs, out_specs, dtype=dtype)
+    check(prog, shardy=shardy)
+
+
 @pytest.mark.parametrize("shardy", EXPORT_FORMS)
 @pytest.mark.parametrize("case", sorted(GATHER_CASES))
 def test_all_gather_matmul(case, shardy):
