@@ -512,6 +512,25 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
+// Left unchanged: the gathered tensor is both operands, once through a transpose
+// (a regression: this once rewrote the same dot twice and crashed).
+// CHECK-LABEL: func.func @both_operands_through_view
+// CHECK: %[[BV_G:.*]] = "stablehlo.all_gather"
+// CHECK-NEXT: %[[BV_T:.*]] = stablehlo.transpose %[[BV_G]]
+// CHECK-NEXT: stablehlo.dot_general %[[BV_G]], %[[BV_T]]
+// CHECK-NOT: stablehlo.collective_permute
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @both_operands_through_view(%arg0: tensor<2x8xf32>) -> tensor<8x8xf32> {
+    // REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: left unchanged: the gathered tensor is both operands of the dot
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<2x8xf32>) -> tensor<8x8xf32>
+    %1 = stablehlo.transpose %0, dims = [1, 0] : (tensor<8x8xf32>) -> tensor<8x8xf32>
+    %2 = stablehlo.dot_general %0, %1, contracting_dims = [1] x [0] : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+    return %2 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
 // Not a candidate: an optimization_barrier separates the all_gather from the dot.
 // Nothing changes and no remark is printed for it.
 // CHECK-LABEL: func.func @barrier

@@ -133,6 +133,7 @@ class RewritePass:
         config.enable_folding = False
         config.enable_constant_cse = False
         config.region_simplification_level = compat.GreedySimplifyRegionLevel.DISABLED
+        config.use_top_down_traversal = True  # sites numbered in program order
         compat.apply_patterns_and_fold_greedily(module_op, patterns.freeze(), config)
 
     def check_size(self, tensor_type: ir.RankedTensorType) -> None:

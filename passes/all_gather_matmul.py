@@ -58,14 +58,17 @@ class OverlapAllGatherMatmul(RewritePass):
     def rewrite_site(self, op, rewriter, channels) -> str:
         gather = op.operation
         uses, values = users_through_views(gather.results[0])
-        dots = [use for use in uses if use.user.name == "stablehlo.dot_general"]
+        dots = []
+        for use in uses:
+            if use.user.name == "stablehlo.dot_general" and all(d.user != use.user for d in dots):
+                dots.append(use)
         if len(gather.operands) != 1 or not dots:
             raise NoMatch
         ring = Ring.from_collective(gather)
         shard = gather.operands[0]
         require_supported_types(shard.type, gather.results[0].type)
         self.check_size(gather.results[0].type)
-        sites = [self.analyze(gather, use, ring) for use in dots]
+        sites = [self.analyze(gather, use, values, ring) for use in dots]
         kinds = ", ".join(f"{s.kind} dim" + "".join(f" through {v.name}" for v in s.views)
                           for s in sites)
         detail = (f"{len(sites)} dot(s) ({kinds}), {gather.results[0].type} gathered "
@@ -78,9 +81,10 @@ class OverlapAllGatherMatmul(RewritePass):
         return detail
 
     @staticmethod
-    def analyze(gather: ir.Operation, use: ViewedUse, ring: Ring) -> GatherSite:
+    def analyze(gather: ir.Operation, use: ViewedUse, gathered: list[ir.Value],
+                ring: Ring) -> GatherSite:
         dot = use.user
-        operands = [i for i, operand in enumerate(dot.operands) if operand == use.value]
+        operands = [i for i, operand in enumerate(dot.operands) if operand in gathered]
         if len(operands) != 1:
             raise Unsupported("the gathered tensor is both operands of the dot")
         require_supported_types(dot.results[0].type, dot.operands[1 - operands[0]].type)
