@@ -91,6 +91,11 @@ class RewritePass:
     root: ClassVar[type] = object
     summary: ClassVar[str] = ""
 
+    def __post_init__(self):
+        if not self.threshold_mib >= 0:  # also rejects nan
+            raise ValueError(f"pass '{self.name}': threshold-mib must be >= 0, "
+                             f"got {self.threshold_mib}")
+
     @classmethod
     def options(cls) -> dict[str, dataclasses.Field]:
         return {f.name.replace("_", "-"): f for f in dataclasses.fields(cls)}

@@ -110,8 +110,9 @@ def test_empty_pipeline_round_trips(capsys):
     ("builtin.module(overlap-matmul-reduce-scatter{threshold-mib=big})",
      "option 'threshold-mib' expects float, got 'big'"),
     ("builtin.module(overlap-all-gather-matmul{threshold-mib})", "is not key=value"),
+    ("builtin.module(overlap-all-gather-matmul{threshold-mib=-1})", "must be >= 0"),
     ("builtin.module(canonicalize", "malformed pipeline"),
-], ids=["unknown-pass", "unknown-option", "bad-value", "no-value", "unbalanced"])
+], ids=["unknown-pass", "unknown-option", "bad-value", "no-value", "negative", "unbalanced"])
 def test_bad_pipeline_is_a_usage_error(text, message, tmp_path, capsys):
     output = tmp_path / "out.mlir"
     assert main([str(SDY), f"--pass-pipeline={text}", "-o", str(output)]) == 2
