@@ -110,8 +110,9 @@ LAYOUTS = {
 }
 
 
+@pytest.mark.parametrize("shardy", EXPORT_FORMS)
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_group_layouts(layout):
+def test_group_layouts(layout, shardy):
     mesh_shape, axes, axis = LAYOUTS[layout]
 
     def mlp(x, w1, w2):
@@ -119,7 +120,7 @@ def test_group_layouts(layout):
         return RS(jax.nn.relu(h) @ w2, axis, scatter_dimension=0, tiled=True)
 
     inputs = [((64, 32), P(axis)), ((32, 48), P(None, axis)), ((48, 32), P(axis))]
-    check(Program(mlp, mesh_shape, axes, inputs, P(axis)), rewritten=2)
+    check(Program(mlp, mesh_shape, axes, inputs, P(axis)), shardy=shardy, rewritten=2)
 
 
 @pytest.mark.parametrize("shardy", EXPORT_FORMS)
