@@ -57,14 +57,46 @@ def rem(a: ir.Value, b: ir.Value) -> ir.Value:
 
 
 def block_offset(position: ir.Value, step: ir.Value | int, group_size: int,
-                 block: int) -> ir.Value:
-    """`((position + step) mod group_size) * block` as a `tensor<i32>`."""
-    index = position
-    if not isinstance(step, int):
-        index = add(index, step)
-    elif step % group_size:
-        index = add(index, scalar_i32(step % group_size))
+                 block: int, sign: int = 1, extra: int = 0) -> ir.Value:
+    """`((position + sign * step + extra) mod group_size) * block` as a `tensor<i32>`.
+
+    `step` is a loop value in [0, group_size] or a Python int; the index is kept
+    non-negative before the remainder."""
+    if isinstance(step, int):
+        index, shift = position, (sign * step + extra) % group_size
+    elif sign > 0:
+        index, shift = add(position, step), extra % group_size
+    else:
+        index = stablehlo.subtract(add(position, scalar_i32(group_size)), step)
+        shift = extra % group_size
+    if shift:
+        index = add(index, scalar_i32(shift))
     return mul(rem(index, scalar_i32(group_size)), scalar_i32(block))
+
+
+def plus(step: ir.Value | int, offset: int) -> ir.Value | int:
+    """`step + offset` for a loop value or a Python int."""
+    if isinstance(step, int) or offset == 0:
+        return step + offset if isinstance(step, int) else step
+    return add(step, scalar_i32(offset))
+
+
+def concat(values: Sequence[ir.Value], dim: int) -> ir.Value:
+    if len(values) == 1:
+        return values[0]
+    first = values[0].type
+    size = sum(v.type.shape[dim] for v in values)
+    return stablehlo.concatenate(list(values), dim, results=[with_dim(first, dim, size)])
+
+
+def static_slice(value: ir.Value, dim: int, start: int, size: int) -> ir.Value:
+    vtype = value.type
+    if size == vtype.shape[dim]:
+        return value
+    starts = [start if d == dim else 0 for d in range(vtype.rank)]
+    limits = [start + size if d == dim else n for d, n in enumerate(vtype.shape)]
+    return stablehlo.slice(value, starts, limits, [1] * vtype.rank,
+                           results=[with_dim(vtype, dim, size)])
 
 
 def slice_dim(value: ir.Value, dim: int, offset: ir.Value, size: int) -> ir.Value:
@@ -133,8 +165,9 @@ LoopBody = Callable[[ir.Value, list[ir.Value], list[ir.Value]], list[ir.Value]]
 
 
 def counted_loop(start: int, stop: int, carried: Sequence[ir.Value],
-                 invariants: Sequence[ir.Value], body: LoopBody) -> list[ir.Value]:
-    """`for k in range(start, stop)` as a `stablehlo.while`.
+                 invariants: Sequence[ir.Value], body: LoopBody,
+                 step: int = 1) -> list[ir.Value]:
+    """`for k in range(start, stop, step)` as a `stablehlo.while`.
 
     `body(k, carried, invariants)` returns the next carried values. Every value the
     body reads is passed explicitly (no implicit captures). Returns the final
@@ -155,5 +188,30 @@ def counted_loop(start: int, stop: int, carried: Sequence[ir.Value],
         args = list(block.arguments)
         k, n = args[0], len(carried)
         step_out = body(k, args[1:1 + n], args[1 + n:])
-        stablehlo.return_([add(k, scalar_i32(1)), *step_out, *args[1 + n:]])
+        stablehlo.return_([add(k, scalar_i32(step)), *step_out, *args[1 + n:]])
     return list(loop.results[1:1 + len(carried)])
+
+
+RoundBody = Callable[[ir.Value | int, list[ir.Value], list[ir.Value]], list[ir.Value]]
+
+
+def unrolled_rounds(start: int, stop: int, unroll: int, carried: Sequence[ir.Value],
+                    invariants: Sequence[ir.Value], body: RoundBody) -> list[ir.Value]:
+    """Rounds `start..stop-1`: a loop running `unroll` rounds per iteration, then the
+    remainder inline. `body(k, carried, invariants)` gets k as a loop value or an int.
+
+    """
+    carried = list(carried)
+    iterations = (stop - start) // unroll
+    if iterations > 0:
+        def unrolled(k, values, loop_invariants):
+            for j in range(unroll):
+                values = body(plus(k, j), values, loop_invariants)
+            return values
+
+        carried = counted_loop(start, start + iterations * unroll, carried, invariants,
+                               unrolled, step=unroll)
+        start += iterations * unroll
+    for k in range(start, stop):
+        carried = body(k, carried, list(invariants))
+    return carried

@@ -40,9 +40,13 @@ class Ring:
                 table[device] = position
         return table
 
-    def shift_pairs(self) -> list[tuple[int, int]]:
-        """Source/target pairs sending position q's buffer to position q-1."""
-        return [(group[q], group[q - 1]) for group in self.groups for q in range(len(group))]
+    def shift_pairs(self, sign: int = 1) -> list[tuple[int, int]]:
+        """Source/target pairs sending position q's buffer to position q - sign.
+
+        After k shifts with sign +1 position p holds the buffer of p + k; with -1, of
+        p - k."""
+        n = self.size
+        return [(group[q], group[(q - sign) % n]) for group in self.groups for q in range(n)]
 
     @property
     def uses_channel(self) -> bool:

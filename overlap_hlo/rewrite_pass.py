@@ -85,7 +85,14 @@ def mib(tensor_type: ir.RankedTensorType) -> float:
 class RewritePass:
     """Options shared by the overlap passes."""
 
-    threshold_mib: float = DEFAULT_THRESHOLD_MIB
+    threshold_mib: float = field(default=DEFAULT_THRESHOLD_MIB, metadata={
+        "help": "leave a site unchanged when its communicated tensor is smaller than "
+                "this many MiB (0: rewrite every legal site)"})
+    bidirectional: bool = field(default=False, metadata={
+        "help": "two streams in opposite ring directions, about N/2 rounds "
+                "(groups of 2 fall back to one stream)"})
+    unroll: int = field(default=1, metadata={
+        "help": "ring rounds per loop iteration (the remainder is emitted after the loop)"})
 
     name: ClassVar[str] = ""
     root: ClassVar[type] = object
@@ -95,6 +102,8 @@ class RewritePass:
         if not self.threshold_mib >= 0:  # also rejects nan
             raise ValueError(f"pass '{self.name}': threshold-mib must be >= 0, "
                              f"got {self.threshold_mib}")
+        if self.unroll < 1:
+            raise ValueError(f"pass '{self.name}': unroll must be >= 1, got {self.unroll}")
 
     @classmethod
     def options(cls) -> dict[str, dataclasses.Field]:

@@ -22,6 +22,7 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
@@ -29,6 +30,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo import builders as b
 from overlap_hlo.collectives import Ring, Unsupported
+from overlap_hlo.dominance import dominates
 from overlap_hlo.dots import DotDims
 from overlap_hlo.lookthrough import (ViewedUse, dim_after, erase_unused, replay,
                                      users_through_views)
@@ -36,15 +38,46 @@ from overlap_hlo.rewrite_pass import NoMatch, RewritePass, require_supported_typ
 
 
 @dataclass(frozen=True)
-class GatherSite:
+class Consumer:
+    """One dot reading the gathered tensor, and how the gathered dim enters it."""
+
     dot: ir.Operation
-    gathered: int          # which dot operand is the all_gather result
+    gathered: int          # which dot operand reads the gathered tensor
     kind: str              # "free", "contracting" or "batch"
+    dim: int               # the gathered dim in that operand (after the views)
     result_dim: int | None
     other_dim: int | None
-    block: int             # shard size along the gathered dim
-    ring: Ring
     views: tuple[ir.Operation, ...]  # transposes/converts between gather and dot
+
+    @property
+    def result_type(self) -> ir.RankedTensorType:
+        return self.dot.results[0].type
+
+    @property
+    def acc_type(self) -> ir.RankedTensorType:
+        return accumulator_type(self.result_type) if self.result_dim is None else self.result_type
+
+    def accumulate(self, acc: ir.Value, shards: list[ir.Value], shifts: list[tuple[int, object]],
+                   other: ir.Value, position: ir.Value, n: int, block: int,
+                   gather_dim: int) -> ir.Value:
+        """Add this step's blocks to `acc`: one dot over the shards side by side."""
+        offsets = [b.block_offset(position, step, n, block, sign) for sign, step in shifts]
+        viewed = replay(self.views, b.concat(shards, gather_dim))
+        if self.other_dim is not None:
+            other = b.concat([b.slice_dim(other, self.other_dim, off, block) for off in offsets],
+                             self.other_dim)
+        operands = [viewed, other] if self.gathered == 0 else [other, viewed]
+        if self.result_dim is None:
+            return b.add(acc, b.dot_like(self.dot, *operands, self.acc_type))
+        part_type = b.with_dim(self.result_type, self.result_dim, block * len(shards))
+        part = b.dot_like(self.dot, *operands, part_type)
+        for i, offset in enumerate(offsets):
+            piece = b.static_slice(part, self.result_dim, i * block, block)
+            acc = b.update_dim(acc, piece, self.result_dim, offset)
+        return acc
+
+    def finish(self, acc: ir.Value) -> ir.Value:
+        return acc if acc.type == self.result_type else stablehlo.convert(self.result_type, acc)
 
 
 @dataclass(frozen=True)
@@ -67,74 +100,103 @@ class OverlapAllGatherMatmul(RewritePass):
         ring = Ring.from_collective(gather)
         shard = gather.operands[0]
         require_supported_types(shard.type, gather.results[0].type)
-        self.check_size(gather.results[0].type)
-        sites = [self.analyze(gather, use, values, ring) for use in dots]
-        kinds = ", ".join(f"{s.kind} dim" + "".join(f" through {v.name}" for v in s.views)
-                          for s in sites)
-        detail = (f"{len(sites)} dot(s) ({kinds}), {gather.results[0].type} gathered "
-                  f"over groups of {ring.size}")
-        for site in sites:
-            with ir.InsertionPoint(site.dot), site.dot.location:
-                result = emit_loop(site, shard, channels())
-            rewriter.replace_op(site.dot, [result])
-        erase_unused(rewriter, values)
-        return detail
-
-    @staticmethod
-    def analyze(gather: ir.Operation, use: ViewedUse, gathered: list[ir.Value],
-                ring: Ring) -> GatherSite:
-        dot = use.user
-        operands = [i for i, operand in enumerate(dot.operands) if operand in gathered]
-        if len(operands) != 1:
-            raise Unsupported("the gathered tensor is both operands of the dot")
-        require_supported_types(dot.results[0].type, dot.operands[1 - operands[0]].type)
         dim = ir.IntegerAttr(gather.attributes["all_gather_dim"]).value
-        full = gather.results[0].type.shape[dim]
-        block = gather.operands[0].type.shape[dim]
-        if block * ring.size != full:
-            raise Unsupported(f"gathered dim {full} is not {ring.size} x {block}")
-        for view in use.views:
-            dim = dim_after(view, dim)
-        kind, result_dim, other_dim = DotDims.of(dot).classify(operands[0], dim)
-        return GatherSite(dot, operands[0], kind, result_dim, other_dim, block, ring,
-                          use.views)
+        block = shard.type.shape[dim]
+        if block * ring.size != gather.results[0].type.shape[dim]:
+            raise Unsupported(f"gathered dim {gather.results[0].type.shape[dim]} is not "
+                              f"{ring.size} x {block}")
+        consumers = [analyze(use, values, dim) for use in dots]
+        self.check_size(gather.results[0].type)
+        kinds = ", ".join(f"{c.kind} dim" + "".join(f" through {v.name}" for v in c.views)
+                          for c in consumers)
+        detail = (f"{len(consumers)} dot(s) ({kinds}), {gather.results[0].type} gathered "
+                  f"over groups of {ring.size}")
+        groups = share_loops(consumers)
+        for group in groups:
+            with ir.InsertionPoint(group[0].dot):
+                results = emit_loop(group, shard, dim, block, ring, self, channels)
+            for consumer, result in zip(group, results):
+                rewriter.replace_op(consumer.dot, [result])
+        erase_unused(rewriter, values)
+        return detail + (f", {len(groups)} loops" if len(groups) > 1 else "")
 
 
-def emit_loop(site: GatherSite, shard: ir.Value, channel: int) -> ir.Value:
-    """The loop replacing `site.dot`, built at the current insertion point."""
-    ring, dot = site.ring, site.dot
+def share_loops(consumers: list[Consumer]) -> list[list[Consumer]]:
+    """Consumers that can share one ring, built before the first of them.
+
+    A consumer joins a group when it sits in the same block as the group's first dot
+    and its other operand already exists there; the rest start groups of their own
+    (e.g. a backward-pass dot whose other operand is computed later).
+    """
+    ordered = sorted(consumers, key=functools.cmp_to_key(_program_order))
+    groups: list[list[Consumer]] = []
+    for consumer in ordered:
+        for group in groups:
+            head = group[0].dot
+            if (consumer.dot.block == head.block
+                    and dominates(consumer.dot.operands[1 - consumer.gathered], head)):
+                group.append(consumer)
+                break
+        else:
+            groups.append([consumer])
+    return groups
+
+
+def _program_order(a: Consumer, b: Consumer) -> int:
+    if a.dot.block != b.dot.block:
+        return 0
+    return -1 if a.dot.is_before_in_block(b.dot) else (1 if a.dot != b.dot else 0)
+
+
+def analyze(use: ViewedUse, gathered: list[ir.Value], dim: int) -> Consumer:
+    dot = use.user
+    operands = [i for i, operand in enumerate(dot.operands) if operand in gathered]
+    if len(operands) != 1:
+        raise Unsupported("the gathered tensor is both operands of the dot")
+    require_supported_types(dot.results[0].type, dot.operands[1 - operands[0]].type)
+    for view in use.views:
+        dim = dim_after(view, dim)
+    kind, result_dim, other_dim = DotDims.of(dot).classify(operands[0], dim)
+    return Consumer(dot, operands[0], kind, dim, result_dim, other_dim, use.views)
+
+
+def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int, block: int,
+              ring: Ring, options: RewritePass, channels) -> list[ir.Value]:
+    """One ring for all `consumers`, built at the current insertion point.
+
+    Round 0 multiplies the device's own shard while sending it on; round r multiplies
+    the shard of position p + r (and p - r from the second stream when bidirectional)
+    while sending both on; the last round sends nothing.
+    """
     n = ring.size
-    result_type = dot.results[0].type
-    acc_type = accumulator_type(result_type) if site.kind == "contracting" else result_type
-    part_type = (acc_type if site.result_dim is None
-                 else b.with_dim(result_type, site.result_dim, site.block))
-    pairs = ring.shift_pairs()
-    permute_channel = channel if ring.uses_channel else None
+    streams = 2 if options.bidirectional and n > 2 else 1
+    rounds = n - 1 if streams == 1 else n // 2   # rounds after round 0
+    last_has_up = streams == 2 and n % 2 == 1    # for even n, p + n/2 == p - n/2
+    def send(values):
+        """Shift stream 0 down the ring and stream 1 up (each permute a fresh channel)."""
+        return [b.collective_permute(v, ring.shift_pairs(sign),
+                                     channels() if ring.uses_channel else None)
+                for v, sign in zip(values, (+1, -1))]
 
-    def step(k, cur, acc, other, position):
-        offset = b.block_offset(position, k, n, site.block)
-        if site.other_dim is not None:
-            other = b.slice_dim(other, site.other_dim, offset, site.block)
-        viewed = replay(site.views, cur)
-        operands = [viewed, other] if site.gathered == 0 else [other, viewed]
-        part = b.dot_like(dot, *operands, part_type)
-        if site.result_dim is None:
-            return b.add(acc, part)
-        return b.update_dim(acc, part, site.result_dim, offset)
+    def step(k, held, accs, invariants, up=True):
+        *others, position = invariants
+        shifts = [(+1, k), (-1, k)][:len(held) if up else 1]
+        return [c.accumulate(acc, held[:len(shifts)], shifts, other, position, n, block,
+                             gather_dim)
+                for c, acc, other in zip(consumers, accs, others)]
 
-    def body(k, carried, invariants):
-        cur, acc = carried
-        moved = b.collective_permute(cur, pairs, permute_channel)
-        return [moved, step(k, cur, acc, *invariants)]
+    def middle(k, carried, invariants):
+        held, accs = carried[:streams], carried[streams:]
+        return [*send(held), *step(k, held, accs, invariants)]
 
     position = b.ring_position(ring)
-    other = dot.operands[1 - site.gathered]
-    cur, acc = b.counted_loop(0, n - 1, [shard, b.zeros(acc_type)], [other, position], body)
-    acc = step(n - 1, cur, acc, other, position)
-    if acc_type != result_type:
-        acc = stablehlo.convert(result_type, acc)
-    return acc
-
+    invariants = [c.dot.operands[1 - c.gathered] for c in consumers] + [position]
+    accs = [b.zeros(c.acc_type) for c in consumers]
+    accs = step(0, [shard], accs, invariants)
+    carried = send([shard] * streams) + accs
+    carried = b.unrolled_rounds(1, rounds, options.unroll, carried, invariants, middle)
+    accs = step(rounds, carried[:streams], carried[streams:], invariants, up=last_has_up)
+    return [c.finish(acc) for c, acc in zip(consumers, accs)]
 
 def accumulator_type(result_type: ir.RankedTensorType) -> ir.RankedTensorType:
     """Sums of partial products run in f32 for float types narrower than 32 bits."""

@@ -64,9 +64,8 @@ class OverlapMatmulReduceScatter(RewritePass):
         through = "".join(f" through {view.name}" for view in between)
         detail = (f"{dot.results[0].type} scattered on dim {dim} ({source}){through} "
                   f"over groups of {ring.size}")
-        part_type = b.with_dim(dot.results[0].type, dim, block)
-        with ir.InsertionPoint(scatter), scatter.location:
-            result = emit_loop(dot, sliced, block, ring, part_type, between, channels())
+        with ir.InsertionPoint(scatter):
+            result = emit_loop(dot, dim, block, ring, between, self, channels)
         rewriter.replace_op(scatter, [result])
         for dead in [*reversed(between), dot]:
             rewriter.erase_op(dead)
@@ -85,29 +84,59 @@ def is_add_reduction(region: ir.Region) -> bool:
     return len(args) == 2 and (operands == args or operands == args[::-1])
 
 
-def emit_loop(dot: ir.Operation, sliced: list[tuple[int, int]], block: int, ring: Ring,
-              part_type: ir.RankedTensorType, views: list[ir.Operation],
-              channel: int) -> ir.Value:
-    """The loop replacing reduce_scatter(dot), built at the current insertion point."""
+def emit_loop(dot: ir.Operation, result_dim: int, block: int, ring: Ring,
+              views: list[ir.Operation], options: RewritePass, channels) -> ir.Value:
+    """The ring replacing reduce_scatter(dot), built at the current insertion point.
+
+    With one stream (a = N-1 rounds) the accumulator moves down the ring; with two,
+    a = ceil((N-1)/2) rounds down and b = N-1-a up, the up stream starting late so
+    that both arrive together. In round k the down accumulator collects block
+    p + k - a (it reaches its owner after a - k more shifts), the up one p + a - k.
+    """
     n = ring.size
-    pairs = ring.shift_pairs()
-    permute_channel = channel if ring.uses_channel else None
+    a = (n - 1 + 1) // 2 if options.bidirectional and n > 2 else n - 1
+    up_start = a - (n - 1 - a)   # round in which the up stream starts (if any)
+    streams = [+1] + ([-1] if a < n - 1 else [])   # down, then up
+    sliced = DotDims.of(dot).result_source(result_dim)
+    part_type = b.with_dim(dot.results[0].type, result_dim, block)
 
-    def part(shift, lhs, rhs, position):
-        """This device's share of block (p + shift) mod N of the dot result."""
-        offset = b.block_offset(position, shift, n, block)
+    def send(value, stream):
+        """Shift an accumulator along its stream's direction (a fresh channel each)."""
+        return b.collective_permute(value, ring.shift_pairs(streams[stream]),
+                                    channels() if ring.uses_channel else None)
+
+    def parts(shifts, lhs, rhs, position):
+        """This device's share of blocks p + shift (one dot over all of them)."""
+        offsets = [b.block_offset(position, step, n, block, sign, extra)
+                   for sign, step, extra in shifts]
         operands = [lhs, rhs]
-        for index, dim in sliced:
-            operands[index] = b.slice_dim(operands[index], dim, offset, block)
-        return replay(views, b.dot_like(dot, *operands, part_type))
+        for index, operand_dim in sliced:
+            operands[index] = b.concat(
+                [b.slice_dim(operands[index], operand_dim, off, block) for off in offsets],
+                operand_dim)
+        whole = b.dot_like(dot, *operands,
+                           b.with_dim(part_type, result_dim, block * len(shifts)))
+        return [replay(views, b.static_slice(whole, result_dim, i * block, block))
+                for i in range(len(shifts))]
 
-    def body(k, carried, invariants):
-        (acc,) = carried
-        moved = b.collective_permute(acc, pairs, permute_channel)
-        return [b.add(moved, part(b.add(k, b.scalar_i32(1)), *invariants))]
+    def round_(k, accs, invariants):
+        up = len(streams) == 2 and (not isinstance(k, int) or k >= up_start)
+        shifts = [(+1, k, -a)] + ([(-1, k, a)] if up else [])
+        new = parts(shifts, *invariants)
+        starts = [k == 0, k == up_start] if isinstance(k, int) else [False, False]
+        return [part if starts[i] else b.add(send(accs[i], i), part)
+                for i, part in enumerate(new)]
 
     position = b.ring_position(ring)
-    lhs, rhs = dot.operands
-    first = part(1, lhs, rhs, position)  # step 0: block p + 1
-    (acc,) = b.counted_loop(1, n, [first], [lhs, rhs, position], body)
-    return acc
+    invariants = [*dot.operands, position]
+    first_uniform = up_start + 1 if len(streams) == 2 else 1
+    accs = []
+    for k in range(min(first_uniform, a)):
+        accs = round_(k, accs, invariants)
+    accs = b.unrolled_rounds(first_uniform, a, options.unroll, accs, invariants, round_)
+    (own,) = parts([(+1, 0, 0)], *invariants)
+    arrived = [send(acc, i) for i, acc in enumerate(accs)]
+    result = own
+    for value in arrived:
+        result = b.add(value, result)
+    return result

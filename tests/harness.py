@@ -74,6 +74,25 @@ def op_counts(module: ir.Module) -> Counter:
     return counts
 
 
+def permutes(module: ir.Module) -> list[tuple[int | None, tuple]]:
+    """(channel handle, source-target pairs) of every collective_permute."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    found = []
+
+    def visit(op):
+        if op.name == "stablehlo.collective_permute":
+            attrs = op.attributes
+            handle = (stablehlo.ChannelHandle(attrs["channel_handle"]).handle
+                      if "channel_handle" in attrs else None)
+            pairs = tuple(map(tuple, np.array(attrs["source_target_pairs"]).tolist()))
+            found.append((handle, pairs))
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
+
+
 def assert_close(got, want, dtypes) -> None:
     """fp32 to rounding; narrower types to a few ulps of the output's scale."""
     eps = max(float(jnp.finfo(d).eps) if jnp.issubdtype(d, jnp.floating) else 0.0
@@ -105,7 +124,8 @@ def check(program: Program, *, shardy: bool = True, rewritten: int = 1,
         applied = [s for s in sites if s.applied]
         assert len(applied) == rewritten, [s.format() for s in sites]
         assert counts["stablehlo.collective_permute"] >= rewritten
-        assert counts["stablehlo.while"] >= rewritten
+        handles = [h for h, _ in permutes(module) if h is not None]
+        assert len(handles) == len(set(handles)), "channel handles must stay unique"
         for name, expected in (left or Counter()).items():
             assert counts[name] == expected, (name, counts)
         if left is None:

@@ -45,41 +45,69 @@ MODES = {
     "flattened-partitions": (1, 8, f"{CHANNEL}, replica_groups = dense<[[3, 1, 2, 0], [4, 6, 5, 7]]> : tensor<2x4xi64>, use_global_device_ids", 4),
     # cross-replica-and-partition with one replica: one group of all partitions
     "replica-and-partition": (1, 8, f"{CHANNEL}, replica_groups = dense<[[0]]> : tensor<1x1xi64>", 8),
+    # odd group sizes, for the bidirectional ring
+    "groups-of-3": (1, 6, f"{CHANNEL}, replica_groups = dense<[[0, 1, 2], [3, 4, 5]]> : tensor<2x3xi64>, use_global_device_ids", 3),
+    "group-of-5": (1, 5, f"{CHANNEL}, replica_groups = dense<[[4, 0, 3, 1, 2]]> : tensor<1x5xi64>, use_global_device_ids", 5),
+    "group-of-7": (7, 1, "replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6]]> : tensor<1x7xi64>", 7),
 }
+ODD = ["groups-of-3", "group-of-5", "group-of-7"]
 
 
-def run_both(template, mode):
+def run_both(template, mode, pipeline=overlap_hlo.DEFAULT_PIPELINE):
     replicas, partitions, attrs, group = MODES[mode]
     # Partitioned modules are already per-device programs: their values are manual.
     manual = ' {mhlo.sharding = "{manual}"}' if partitions > 1 else ""
     text = template.format(replicas=replicas, partitions=partitions, attrs=attrs,
                            full=2 * group, manual=manual)
     module = overlap_hlo.parse(text)
-    sites = overlap_hlo.rewrite_module(module, threshold_mib=0)
+    sites = overlap_hlo.rewrite_module(module, pipeline, threshold_mib=0)
     assert [s.applied for s in sites] == [True], [s.format() for s in sites]
     counts = op_counts(module)
-    assert counts["stablehlo.collective_permute"] == 1
+    assert counts["stablehlo.collective_permute"] >= 1
+    assert counts["stablehlo.all_gather"] == counts["stablehlo.reduce_scatter"] == 0
     uses_replica_id = counts["stablehlo.replica_id"] == 1
     assert uses_replica_id == (replicas > 1)
     rng = np.random.default_rng(0)
     return text, overlap_hlo.serialize(module), rng, replicas, partitions, group
 
 
-@pytest.mark.parametrize("mode", sorted(MODES))
-def test_gather_modes(mode):
-    text, rewritten, rng, replicas, partitions, group = run_both(GATHER, mode)
-    inputs = [rng.standard_normal((8, 2, 16), np.float32),
-              np.repeat(rng.standard_normal((1, 16, 8), np.float32), 8, axis=0)]
+def options_pipeline(bidirectional, unroll):
+    opts = f"{{bidirectional={str(bidirectional).lower()} unroll={unroll}}}"
+    return (f"builtin.module(overlap-all-gather-matmul{opts},"
+            f"overlap-matmul-reduce-scatter{opts},canonicalize,cse)")
+
+
+CASES = ([(mode, False, 1) for mode in sorted(MODES)]
+         + [(mode, bidi, unroll) for mode in ODD for bidi in (False, True)
+            for unroll in (1, 2, 3) if (bidi, unroll) != (False, 1)])
+
+
+def case_id(case):
+    mode, bidi, unroll = case
+    return mode + ("-bidi" if bidi else "") + (f"-unroll{unroll}" if unroll > 1 else "")
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_gather_modes(case):
+    mode, bidi, unroll = case
+    text, rewritten, rng, replicas, partitions, group = run_both(
+        GATHER, mode, options_pipeline(bidi, unroll))
+    devices = replicas * partitions
+    inputs = [rng.standard_normal((devices, 2, 16), np.float32),
+              np.repeat(rng.standard_normal((1, 16, 8), np.float32), devices, axis=0)]
     want = run_spmd_module(text, replicas, partitions, inputs)[0]
     got = run_spmd_module(rewritten, replicas, partitions, inputs)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("mode", sorted(MODES))
-def test_scatter_modes(mode):
-    text, rewritten, rng, replicas, partitions, group = run_both(SCATTER, mode)
-    inputs = [rng.standard_normal((8, 2 * group, 16), np.float32),
-              rng.standard_normal((8, 16, 8), np.float32)]
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_scatter_modes(case):
+    mode, bidi, unroll = case
+    text, rewritten, rng, replicas, partitions, group = run_both(
+        SCATTER, mode, options_pipeline(bidi, unroll))
+    devices = replicas * partitions
+    inputs = [rng.standard_normal((devices, 2 * group, 16), np.float32),
+              rng.standard_normal((devices, 16, 8), np.float32)]
     want = run_spmd_module(text, replicas, partitions, inputs)[0]
     got = run_spmd_module(rewritten, replicas, partitions, inputs)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -73,7 +73,7 @@ def test_exported_round_trip():
     restored = jax.export.deserialize(rewritten.serialize())
     module = overlap_hlo.parse(restored.mlir_module())
     counts = op_counts(module)
-    assert counts["stablehlo.collective_permute"] == 2
+    assert counts["stablehlo.collective_permute"] >= 2
     assert counts["stablehlo.all_gather"] == counts["stablehlo.reduce_scatter"] == 0
     want = np.asarray(jax.jit(exported.call)(*args))
     for candidate in (rewritten, restored):
@@ -138,7 +138,7 @@ def test_cli_output_runs(shardy, tmp_path):
         source.write_text(lowered.as_text())
         assert main([str(source), "-o", str(target), "--threshold-mib=0"]) == 0
         module = overlap_hlo.parse(target.read_text())
-        assert op_counts(module)["stablehlo.collective_permute"] == 2
+        assert op_counts(module)["stablehlo.collective_permute"] >= 2
         rewritten = replace_lowered_module(lowered, module).compile()
         want = np.asarray(lowered.compile()(*args))
         np.testing.assert_allclose(np.asarray(rewritten(*args)), want, rtol=2e-5, atol=2e-5)

@@ -38,13 +38,6 @@ SPLIT_MARKER = "// -----"
 BYTECODE_MAGIC = b"ML\xefR"
 STDIN_NAME = "<stdin>"
 
-# Help for pass options whose dataclass field carries no `metadata["help"]`.
-_OPTION_HELP = {
-    "threshold-mib": "leave a site unchanged when its communicated tensor is smaller "
-                     "than this many MiB",
-}
-
-
 class CliError(Exception):
     """Reported as one `overlap-opt: error: ...` line; ends the run with `exit_code`."""
 
@@ -167,7 +160,7 @@ def list_passes() -> str:
             kind = spec.type if isinstance(spec.type, str) else spec.type.__name__
             default = "required" if spec.default is MISSING else f"default: {spec.default}"
             lines.append(f"        {option}=<{kind}>  ({default})")
-            help_text = spec.metadata.get("help") or _OPTION_HELP.get(option)
+            help_text = spec.metadata.get("help")
             if help_text:
                 lines.append(f"            {help_text}")
     lines += [
