@@ -51,3 +51,16 @@ class DotDims:
         if result_dim < nb + nfree0:
             return [(0, self.free(0)[result_dim - nb])]
         return [(1, self.free(1)[result_dim - nb - nfree0])]
+
+
+def flops(dot: ir.Operation) -> float:
+    """2 x result elements x contracted elements."""
+    dims = DotDims.of(dot)
+    lhs = dot.operands[0].type.shape
+    contracted = 1
+    for d in dims.contracting[0]:
+        contracted *= lhs[d]
+    result = 1
+    for size in dot.results[0].type.shape:
+        result *= size
+    return 2.0 * result * contracted

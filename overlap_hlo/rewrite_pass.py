@@ -15,11 +15,13 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from . import compat
+from . import compat, cost
+from .cost import Estimate, SiteShape
 from .collectives import Unsupported
 from .locations import describe
 
 DEFAULT_THRESHOLD_MIB = 1.0
+DEFAULT_PREDICTION_PROFILE = "h100-sxm"
 
 
 class NoMatch(Exception):
@@ -33,11 +35,18 @@ class Site:
     location: str
     pattern: str
     applied: bool
-    detail: str
+    detail: str = ""                 # the site: dots, dims, shapes, group size
+    reason: str = ""                 # why it was left unchanged
+    kind: str = ""                   # the reason, grouped for statistics
+    estimate: Estimate | None = None
 
     def format(self) -> str:
+        facts = [self.detail, self.estimate.format() if self.estimate else ""]
+        if not self.applied:
+            facts.insert(0, self.reason)
         verdict = "rewritten" if self.applied else "left unchanged"
-        return f"{self.location}: remark: {self.pattern}: {verdict}: {self.detail}"
+        return (f"{self.location}: remark: {self.pattern}: {verdict}: "
+                + "; ".join(fact for fact in facts if fact))
 
 
 @dataclass
@@ -47,10 +56,21 @@ class SiteLog:
     sites: list[Site] = field(default_factory=list)
     input_name: str | None = None
 
-    def add(self, location: ir.Location, pattern: str, applied: bool, detail: str) -> None:
-        site = Site(describe(location, self.input_name), pattern, applied, detail)
+    def add(self, location: ir.Location, pattern: str, applied: bool, **facts) -> None:
+        site = Site(describe(location, self.input_name), pattern, applied, **facts)
         if site not in self.sites:
             self.sites.append(site)
+
+
+def statistics(sites: list[Site]) -> dict[str, dict[str, int]]:
+    """Per pass: sites seen, rewritten, and left unchanged by reason."""
+    table: dict[str, dict[str, int]] = {}
+    for site in sites:
+        row = table.setdefault(site.pattern, {"seen": 0, "rewritten": 0})
+        row["seen"] += 1
+        key = "rewritten" if site.applied else f"skipped: {site.kind}"
+        row[key] = row.get(key, 0) + 1
+    return table
 
 
 class ChannelAllocator:
@@ -85,9 +105,13 @@ def mib(tensor_type: ir.RankedTensorType) -> float:
 class RewritePass:
     """Options shared by the overlap passes."""
 
-    threshold_mib: float = field(default=DEFAULT_THRESHOLD_MIB, metadata={
+    threshold_mib: float | None = field(default=None, metadata={
         "help": "leave a site unchanged when its communicated tensor is smaller than "
-                "this many MiB (0: rewrite every legal site)"})
+                f"this many MiB (0: rewrite every legal site); overrides the cost model; "
+                f"default {DEFAULT_THRESHOLD_MIB:g} when no hardware is named"})
+    hardware: str = field(default="", metadata={
+        "help": "decide by the cost model for this hardware profile "
+                f"({', '.join(cost.PROFILES)}) or .json profile file"})
     bidirectional: bool = field(default=False, metadata={
         "help": "two streams in opposite ring directions, about N/2 rounds "
                 "(groups of 2 fall back to one stream)"})
@@ -99,7 +123,12 @@ class RewritePass:
     summary: ClassVar[str] = ""
 
     def __post_init__(self):
-        if not self.threshold_mib >= 0:  # also rejects nan
+        if self.hardware:
+            try:
+                cost.hardware(self.hardware)
+            except (OSError, TypeError, ValueError) as err:
+                raise ValueError(f"pass '{self.name}': {err}") from None
+        if self.threshold_mib is not None and not self.threshold_mib >= 0:  # rejects nan
             raise ValueError(f"pass '{self.name}': threshold-mib must be >= 0, "
                              f"got {self.threshold_mib}")
         if self.unroll < 1:
@@ -132,13 +161,15 @@ class RewritePass:
             location = op.location  # read before the rewrite erases `op`
             try:
                 with location:
-                    detail = self.rewrite_site(op, rewriter, channels)
+                    outcome = self.rewrite_site(op, rewriter, channels)
             except NoMatch:
                 return True
             except Unsupported as reason:
-                log.add(location, self.name, False, str(reason))
+                log.add(location, self.name, False, reason=str(reason), kind=reason.kind,
+                        detail=reason.detail, estimate=reason.estimate)
                 return True
-            log.add(location, self.name, True, detail)
+            detail, estimate = outcome
+            log.add(location, self.name, True, detail=detail, estimate=estimate)
             return False  # the bindings read a falsy result as "matched and rewrote"
 
         patterns = compat.RewritePatternSet()
@@ -150,11 +181,28 @@ class RewritePass:
         config.use_top_down_traversal = True  # sites numbered in program order
         compat.apply_patterns_and_fold_greedily(module_op, patterns.freeze(), config)
 
-    def check_size(self, tensor_type: ir.RankedTensorType) -> None:
-        size = mib(tensor_type)
-        if size < self.threshold_mib:
-            raise Unsupported(f"communicated tensor {tensor_type} is {size:.3g} MiB, "
-                              f"below threshold-mib={self.threshold_mib:g}")
+    def decide(self, communicated: ir.RankedTensorType, shape: SiteShape,
+               detail: str) -> Estimate:
+        """The site's predicted times; raises Unsupported when it is not worth it.
+
+        An explicit threshold-mib decides by size (it overrides the cost model);
+        without one, a hardware profile decides by the cost model, and with neither
+        the default threshold applies. Predictions use the default profile when no
+        hardware is named.
+        """
+        profile = cost.hardware(self.hardware or DEFAULT_PREDICTION_PROFILE)
+        estimate = cost.estimate(shape, profile)
+        if self.threshold_mib is not None or not self.hardware:
+            threshold = DEFAULT_THRESHOLD_MIB if self.threshold_mib is None else self.threshold_mib
+            size = mib(communicated)
+            if size < threshold:
+                raise Unsupported(f"communicated tensor is {size:.3g} MiB, below "
+                                  f"threshold-mib={threshold:g}", kind="below threshold-mib",
+                                  detail=detail, estimate=estimate)
+        elif not estimate.pays():
+            raise Unsupported(f"not profitable on {profile.name}", kind="not profitable",
+                              detail=detail, estimate=estimate)
+        return estimate
 
 
 def _convert(f: dataclasses.Field, text: str, pass_name: str):
@@ -172,7 +220,7 @@ def _convert(f: dataclasses.Field, text: str, pass_name: str):
 
 def eval_type_name(name: str) -> type:
     """Field annotations are strings under `from __future__ import annotations`."""
-    return {"float": float, "int": int, "bool": bool, "str": str}[name]
+    return {"float": float, "float | None": float, "int": int, "bool": bool, "str": str}[name]
 
 
 def require_supported_types(*types: ir.Type) -> None:

@@ -29,12 +29,13 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo import builders as b
+from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
 from overlap_hlo.dominance import dominates
-from overlap_hlo.dots import DotDims
+from overlap_hlo.dots import DotDims, flops
 from overlap_hlo.lookthrough import (ViewedUse, dim_after, erase_unused, replay,
                                      users_through_views)
-from overlap_hlo.rewrite_pass import NoMatch, RewritePass, require_supported_types
+from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
 
 
 @dataclass(frozen=True)
@@ -106,11 +107,16 @@ class OverlapAllGatherMatmul(RewritePass):
             raise Unsupported(f"gathered dim {gather.results[0].type.shape[dim]} is not "
                               f"{ring.size} x {block}")
         consumers = [analyze(use, values, dim) for use in dots]
-        self.check_size(gather.results[0].type)
         kinds = ", ".join(f"{c.kind} dim" + "".join(f" through {v.name}" for v in c.views)
                           for c in consumers)
         detail = (f"{len(consumers)} dot(s) ({kinds}), {gather.results[0].type} gathered "
                   f"over groups of {ring.size}")
+        rounds = cost.gather_rounds(ring.size, self.bidirectional)
+        estimate = self.decide(gather.results[0].type, cost.SiteShape(
+            ring.size, sum(flops(c.dot) for c in consumers),
+            cost.element_name(consumers[0].dot.operands[0].type.element_type),
+            mib(shard.type) * 2**20, rounds, exposed_round=-1,
+            loop_iterations=max(len(rounds) - 2, 0) // self.unroll), detail)
         groups = share_loops(consumers)
         for group in groups:
             with ir.InsertionPoint(group[0].dot):
@@ -118,7 +124,7 @@ class OverlapAllGatherMatmul(RewritePass):
             for consumer, result in zip(group, results):
                 rewriter.replace_op(consumer.dot, [result])
         erase_unused(rewriter, values)
-        return detail + (f", {len(groups)} loops" if len(groups) > 1 else "")
+        return detail + (f", {len(groups)} loops" if len(groups) > 1 else ""), estimate
 
 
 def share_loops(consumers: list[Consumer]) -> list[list[Consumer]]:
@@ -169,9 +175,10 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int, block
     while sending both on; the last round sends nothing.
     """
     n = ring.size
-    streams = 2 if options.bidirectional and n > 2 else 1
-    rounds = n - 1 if streams == 1 else n // 2   # rounds after round 0
-    last_has_up = streams == 2 and n % 2 == 1    # for even n, p + n/2 == p - n/2
+    plan = cost.gather_rounds(n, options.bidirectional)   # blocks per round
+    streams = max(plan)
+    rounds = len(plan) - 1                                # rounds after round 0
+    last_has_up = plan[-1] == 2
     def send(values):
         """Shift stream 0 down the ring and stream 1 up (each permute a fresh channel)."""
         return [b.collective_permute(v, ring.shift_pairs(sign),

@@ -23,10 +23,11 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo import builders as b
+from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
-from overlap_hlo.dots import DotDims
+from overlap_hlo.dots import DotDims, flops
 from overlap_hlo.lookthrough import TRANSPARENT, dim_before, producer, replay
-from overlap_hlo.rewrite_pass import NoMatch, RewritePass, require_supported_types
+from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,6 @@ class OverlapMatmulReduceScatter(RewritePass):
         result_type = scatter.results[0].type
         require_supported_types(result_type, dot.results[0].type,
                                 *(operand.type for operand in dot.operands))
-        self.check_size(dot.results[0].type)
         scatter_dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value
         block = result_type.shape[scatter_dim]
         dim = scatter_dim
@@ -64,12 +64,18 @@ class OverlapMatmulReduceScatter(RewritePass):
         through = "".join(f" through {view.name}" for view in between)
         detail = (f"{dot.results[0].type} scattered on dim {dim} ({source}){through} "
                   f"over groups of {ring.size}")
+        rounds = cost.scatter_rounds(ring.size, self.bidirectional)
+        uniform = len(rounds) - 1 - (rounds.index(2) + 1 if 2 in rounds else 1)
+        estimate = self.decide(dot.results[0].type, cost.SiteShape(
+            ring.size, flops(dot), cost.element_name(dot.operands[0].type.element_type),
+            mib(result_type) * 2**20, rounds, exposed_round=0,
+            loop_iterations=max(uniform, 0) // self.unroll), detail)
         with ir.InsertionPoint(scatter):
             result = emit_loop(dot, dim, block, ring, between, self, channels)
         rewriter.replace_op(scatter, [result])
         for dead in [*reversed(between), dot]:
             rewriter.erase_op(dead)
-        return detail
+        return detail, estimate
 
 
 def is_add_reduction(region: ir.Region) -> bool:
@@ -94,7 +100,7 @@ def emit_loop(dot: ir.Operation, result_dim: int, block: int, ring: Ring,
     p + k - a (it reaches its owner after a - k more shifts), the up one p + a - k.
     """
     n = ring.size
-    a = (n - 1 + 1) // 2 if options.bidirectional and n > 2 else n - 1
+    a = len(cost.scatter_rounds(n, options.bidirectional)) - 1   # rounds before the last
     up_start = a - (n - 1 - a)   # round in which the up stream starts (if any)
     streams = [+1] + ([-1] if a < n - 1 else [])   # down, then up
     sliced = DotDims.of(dot).result_source(result_dim)

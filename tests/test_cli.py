@@ -528,7 +528,11 @@ def test_list_passes(capsys):
     out = capsys.readouterr().out
     for name, cls in overlap_hlo.registered_passes().items():
         assert f"  {name}\n" in out and cls.summary in out
-    assert out.count(f"threshold-mib=<float>  (default: {overlap_hlo.DEFAULT_THRESHOLD_MIB})") == 2
+    assert out.count("threshold-mib=<float>  (default: unset)") == 2
+    assert out.count("bidirectional=<bool>  (default: false)") == 2
+    assert out.count("unroll=<int>  (default: 1)") == 2
+    for profile in ("tpu-v4", "tpu-v5e", "tpu-v5p", "h100-sxm", "h200", "a100", "host-cpu"):
+        assert f"  {profile}: " in out
     assert "canonicalize and cse" in out
 
 

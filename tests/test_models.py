@@ -118,7 +118,7 @@ def test_partially_manual_gspmd_is_left_unchanged():
     # The gather is reported; the scatter is not even a candidate (a @Sharding
     # custom_call sits between it and its dot).
     assert [(s.pattern, s.applied) for s in sites] == [("overlap-all-gather-matmul", False)]
-    assert "partially manual GSPMD" in sites[0].detail
+    assert "partially manual GSPMD" in sites[0].reason
     counts = op_counts(module)
     assert counts["stablehlo.all_gather"] == counts["stablehlo.reduce_scatter"] == 1
 

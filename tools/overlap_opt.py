@@ -28,7 +28,8 @@ import overlap_hlo
 from overlap_hlo import compat
 from overlap_hlo.locations import describe, file_line_col
 from overlap_hlo.pipeline import PipelineError, build_pass_manager, registered_passes
-from overlap_hlo.rewrite_pass import Site, SiteLog
+from overlap_hlo.cost import PROFILES
+from overlap_hlo.rewrite_pass import Site, SiteLog, statistics
 
 from .verify_diagnostics import Diagnostic, parse_expectations, verify
 
@@ -85,8 +86,20 @@ def build_parser() -> argparse.ArgumentParser:
                         help="threshold-mib of every overlap pass the pipeline text "
                              "leaves unset: sites communicating less are left unchanged "
                              f"(default: {overlap_hlo.DEFAULT_THRESHOLD_MIB:g} MiB)")
+    parser.add_argument("--hardware", metavar="NAME|FILE.json",
+                        help="decide each site by the cost model for this hardware profile "
+                             f"({', '.join(PROFILES)}) or a JSON profile file; an explicit "
+                             "--threshold-mib overrides it")
+    parser.add_argument("--bidirectional", action="store_const", const=True, default=None,
+                        help="rings in both directions (about N/2 rounds)")
+    parser.add_argument("--unroll", type=_unroll, metavar="N",
+                        help="ring rounds per loop iteration (default 1)")
     parser.add_argument("--remarks", action="store_true",
-                        help="report every candidate site and whether it was rewritten")
+                        help="report every candidate site: what it is, whether it was "
+                             "rewritten (or why not) and its predicted times")
+    parser.add_argument("--pass-statistics", action="store_true",
+                        help="print sites seen, rewritten and skipped by reason, per pass "
+                             "(to stderr)")
     parser.add_argument("--split-input-file", action="store_true",
                         help=f"process each chunk between '{SPLIT_MARKER}' lines on its own")
     parser.add_argument("--verify-diagnostics", action="store_true",
@@ -124,6 +137,16 @@ def _threshold(text: str) -> float:
     return value
 
 
+def _unroll(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' must be >= 1")
+    return value
+
+
 def _boolean(text: str) -> bool:
     lowered = text.lower()
     if lowered in ("true", "1", "on"):
@@ -158,7 +181,10 @@ def list_passes() -> str:
         lines.append("      Options:")
         for option, spec in cls.options().items():
             kind = spec.type if isinstance(spec.type, str) else spec.type.__name__
-            default = "required" if spec.default is MISSING else f"default: {spec.default}"
+            kind = kind.replace(" | None", "")
+            default = ("required" if spec.default is MISSING else
+                       "default: unset" if spec.default in (None, "") else
+                       f"default: {str(spec.default).lower() if kind == 'bool' else spec.default}")
             lines.append(f"        {option}=<{kind}>  ({default})")
             help_text = spec.metadata.get("help")
             if help_text:
@@ -168,9 +194,26 @@ def list_passes() -> str:
         "too, e.g. --pass-pipeline='builtin.module(overlap-all-gather-matmul"
         "{threshold-mib=0},canonicalize,cse)'.",
         f"Default pipeline: {overlap_hlo.DEFAULT_PIPELINE}",
-        f"--threshold-mib sets threshold-mib for every overlap pass "
-        f"(default: {overlap_hlo.DEFAULT_THRESHOLD_MIB:g} MiB).",
+        "--threshold-mib, --hardware, --bidirectional and --unroll set these options for "
+        "every overlap pass",
+        "whose pipeline text leaves them unset. Sites are decided by size "
+        f"(threshold-mib, default {overlap_hlo.DEFAULT_THRESHOLD_MIB:g} MiB)",
+        "unless a hardware profile is named and no threshold is: then by the cost model.",
+        "Hardware profiles:",
     ]
+    for profile in PROFILES.values():
+        lines.append(f"  {profile.name}: {profile.source}")
+    return "\n".join(lines) + "\n"
+
+
+def format_statistics(sites: list[Site]) -> str:
+    lines = ["===" + "-" * 20 + " overlap-hlo pass statistics " + "-" * 20 + "==="]
+    for pattern, row in statistics(sites).items():
+        lines.append(f"{pattern}: {row['seen']} sites seen, {row['rewritten']} rewritten")
+        lines += [f"  {count:5d} {key}" for key, count in row.items()
+                  if key.startswith("skipped")]
+    if len(lines) == 1:
+        lines.append("no candidate sites")
     return "\n".join(lines) + "\n"
 
 
@@ -180,9 +223,9 @@ class ReportingSiteLog(SiteLog):
 
     report: Callable[[Site, ir.Location], None] | None = None
 
-    def add(self, location: ir.Location, pattern: str, applied: bool, detail: str) -> None:
+    def add(self, location: ir.Location, pattern: str, applied: bool, **facts) -> None:
         count = len(self.sites)
-        super().add(location, pattern, applied, detail)
+        super().add(location, pattern, applied, **facts)
         if len(self.sites) > count and self.report is not None:
             self.report(self.sites[-1], location)
 
@@ -205,10 +248,13 @@ class Driver:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.input_name = STDIN_NAME if args.input == "-" else args.input
-        self.defaults = ({} if args.threshold_mib is None
-                         else {"threshold-mib": repr(args.threshold_mib)})
+        given = {"threshold-mib": args.threshold_mib, "hardware": args.hardware,
+                 "bidirectional": args.bidirectional, "unroll": args.unroll}
+        self.defaults = {key: str(value).lower() if isinstance(value, bool) else str(value)
+                         for key, value in given.items() if value is not None}
         self.diagnostics: list[Diagnostic] = []
         self.context: ir.Context | None = None
+        self.sites: list[Site] = []   # every chunk's, for --pass-statistics
 
     def run(self) -> int:
         if self.args.list_passes:
@@ -223,6 +269,8 @@ class Driver:
         finally:
             handler.detach()
         ok = all(result.ok for result in results)
+        if self.args.pass_statistics:
+            sys.stderr.write(format_statistics(self.sites))
         outputs = [result.output for result in results if result.output is not None]
         if ok or self.args.output == "-":  # a failed run never touches an output file
             separator = f"{SPLIT_MARKER}\n".encode()
@@ -378,6 +426,7 @@ class Driver:
             pm.enable_timing()
         try:
             pm.run(module.operation)
+            self.sites += log.sites
             return True
         except ir.MLIRError as err:
             self._add_mlir_error(err)

@@ -1,0 +1,176 @@
+"""When decomposing pays: a per-site time model and hardware profiles.
+
+For one site on a ring of N devices, with T_c the time of one block's partial dot
+(all the site's dots together) and T_m the time of one shift of one block:
+
+    collective then dot:  (N - 1) * T_m + N * T_c
+    decomposed:           sum over rounds r of max(C_r, T_m if a shift is in flight)
+                          + rounds * step overhead + loop iterations * loop overhead
+
+where C_r = (blocks computed in round r) * T_c: one block per round with one stream,
+two with a bidirectional ring (whose two shifts use both directions of the links, so
+a round still costs one T_m). T_c = FLOPs / (peak FLOP/s for the element type x
+matmul efficiency); T_m = latency + bytes / (one-direction link bandwidth x link
+efficiency). A site is decomposed when the decomposed time beats the original by
+`margin`. Every figure is a prediction from datasheet numbers, not a measurement.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, fields
+
+MARGIN = 0.05
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Datasheet figures of one accelerator and its links."""
+
+    name: str
+    tflops: dict[str, float]     # peak dense matmul TFLOP/s by element type
+    link_gbps: float             # GB/s one direction, to one ring neighbour
+    latency_us: float            # per collective_permute
+    step_overhead_us: float      # slicing and bookkeeping per ring round
+    loop_overhead_us: float      # per while-loop iteration
+    matmul_efficiency: float = 0.7
+    link_efficiency: float = 0.8
+    source: str = ""
+
+    def matmul_us(self, flops: float, element_type: str) -> float:
+        peak = self.tflops.get(element_type) or self.tflops.get("default") or min(self.tflops.values())
+        return flops / (peak * 1e12 * self.matmul_efficiency) * 1e6
+
+    def shift_us(self, nbytes: float) -> float:
+        return self.latency_us + nbytes / (self.link_gbps * 1e9 * self.link_efficiency) * 1e6
+
+    @classmethod
+    def from_file(cls, path: str) -> Hardware:
+        """A profile from a JSON file with the fields of this class."""
+        with open(path) as f:
+            data = json.load(f)
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"{path}: unknown hardware fields {sorted(unknown)}")
+        missing = {"name", "tflops", "link_gbps", "latency_us", "step_overhead_us",
+                   "loop_overhead_us"} - set(data)
+        if missing:
+            raise ValueError(f"{path}: missing hardware fields {sorted(missing)}")
+        return cls(**data)
+
+
+_GPU = dict(latency_us=10.0, step_overhead_us=3.0, loop_overhead_us=5.0)
+_TPU = dict(latency_us=5.0, step_overhead_us=1.0, loop_overhead_us=2.0)
+
+PROFILES: dict[str, Hardware] = {p.name: p for p in [
+    Hardware("tpu-v4", {"bf16": 275, "f32": 275, "int8": 275}, link_gbps=50, **_TPU,
+             source="cloud.google.com/tpu/docs/v4: 275 TFLOP/s bf16/int8 per chip; "
+                    "ICI 50 GB/s per link per direction (Jouppi et al., ISCA 2023, six links)"),
+    Hardware("tpu-v5e", {"bf16": 197, "f32": 197, "int8": 393}, link_gbps=50, **_TPU,
+             source="cloud.google.com/tpu/docs/v5e: 197 TFLOP/s bf16, 393 TOP/s int8; "
+                    "ICI 400 GB/s bidirectional per chip over 4 ports = 50 GB/s per port "
+                    "per direction"),
+    Hardware("tpu-v5p", {"bf16": 459, "f32": 459, "int8": 918}, link_gbps=100, **_TPU,
+             source="cloud.google.com/tpu/docs/v5p: 459 TFLOP/s bf16; ICI 4800 Gbps "
+                    "(600 GB/s) per chip over 6 ports = 100 GB/s per port per direction"),
+    Hardware("h100-sxm", {"bf16": 989, "f16": 989, "f32": 494, "f8": 1979, "int8": 1979},
+             link_gbps=450, **_GPU,
+             source="NVIDIA H100 datasheet (SXM, dense): 989 TFLOP/s bf16/fp16, 494 tf32, "
+                    "1979 fp8; NVLink 900 GB/s total = 450 GB/s per direction"),
+    Hardware("h200", {"bf16": 989, "f16": 989, "f32": 494, "f8": 1979, "int8": 1979},
+             link_gbps=450, **_GPU,
+             source="NVIDIA H200 datasheet (SXM, dense): 989 TFLOP/s bf16/fp16, 494 tf32, "
+                    "1979 fp8; NVLink 900 GB/s total = 450 GB/s per direction"),
+    Hardware("a100", {"bf16": 312, "f16": 312, "f32": 156, "int8": 624}, link_gbps=300,
+             **_GPU,
+             source="NVIDIA A100 datasheet (SXM, dense): 312 TFLOP/s bf16/fp16, 156 tf32, "
+                    "624 int8; NVLink 600 GB/s total = 300 GB/s per direction"),
+    Hardware("host-cpu", {"f32": 0.02, "bf16": 0.005, "f16": 0.005, "int8": 0.02},
+             link_gbps=2.0, latency_us=50.0, step_overhead_us=20.0, loop_overhead_us=20.0,
+             matmul_efficiency=1.0, link_efficiency=1.0,
+             source="measured on the 2-core CI machine: ~80 GFLOP/s f32 for XLA:CPU "
+                    "shared by 8 host devices; copies between host devices ~2 GB/s"),
+]}
+
+
+def hardware(name_or_path: str) -> Hardware:
+    """A built-in profile by name, or a JSON profile file by path."""
+    if name_or_path in PROFILES:
+        return PROFILES[name_or_path]
+    if name_or_path.endswith(".json"):
+        return Hardware.from_file(name_or_path)
+    raise ValueError(f"unknown hardware '{name_or_path}' (profiles: "
+                     f"{', '.join(PROFILES)}; or a .json profile file)")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Predicted microseconds for one site, before and after the rewrite."""
+
+    before_us: float
+    after_us: float
+    hardware: str
+
+    @property
+    def speedup(self) -> float:
+        return self.before_us / self.after_us if self.after_us else math.inf
+
+    def pays(self, margin: float = MARGIN) -> bool:
+        return self.after_us < self.before_us * (1 - margin)
+
+    def format(self) -> str:
+        return (f"predicted {self.before_us:.1f} us -> {self.after_us:.1f} us "
+                f"({self.speedup:.2f}x) on {self.hardware}")
+
+
+@dataclass(frozen=True)
+class SiteShape:
+    """What the model needs to know of a site."""
+
+    group_size: int
+    flops: float               # all the site's dots together, whole (not per block)
+    element_type: str          # of the dot operands: "bf16", "f32", ...
+    block_bytes: float         # one shifted block
+    blocks_per_round: list[int] = field(default_factory=list)  # decomposed schedule
+    exposed_round: int = -1    # the round with no shift in flight (gather: last)
+    loop_iterations: int = 0
+
+
+def estimate(site: SiteShape, hw: Hardware) -> Estimate:
+    n = site.group_size
+    t_c = hw.matmul_us(site.flops / n, site.element_type)
+    t_m = hw.shift_us(site.block_bytes)
+    before = (n - 1) * t_m + n * t_c
+    rounds = site.blocks_per_round
+    after = sum(max(blocks * t_c, t_m) for blocks in rounds)
+    exposed = rounds[site.exposed_round] * t_c
+    after += exposed - max(exposed, t_m)
+    after += len(rounds) * hw.step_overhead_us + site.loop_iterations * hw.loop_overhead_us
+    return Estimate(before, after, hw.name)
+
+
+def gather_rounds(n: int, bidirectional: bool) -> list[int]:
+    """Blocks multiplied per round by the all_gather ring (round 0: own shard)."""
+    if not bidirectional or n <= 2:
+        return [1] * n
+    rounds = n // 2
+    return [1] + [2] * (rounds - 1) + [2 if n % 2 else 1]
+
+
+def scatter_rounds(n: int, bidirectional: bool) -> list[int]:
+    """Blocks multiplied per round by the reduce_scatter ring (last: own block)."""
+    if not bidirectional or n <= 2:
+        return [1] * n
+    a = n // 2                  # ceil((n - 1) / 2)
+    up_start = a - (n - 1 - a)
+    return [1 if k < up_start else 2 for k in range(a)] + [1]
+
+
+def loop_iterations(uniform_rounds: int, unroll: int) -> int:
+    return uniform_rounds // unroll
+
+
+def element_name(element_type) -> str:
+    text = str(element_type)
+    return {"f8E4M3FN": "f8", "f8E5M2": "f8", "i8": "int8", "ui8": "int8"}.get(text, text)
