@@ -10,16 +10,24 @@ from .pipeline import DEFAULT_PIPELINE, build_pass_manager
 from .rewrite_pass import Site, SiteLog
 
 
+def pass_defaults(options: dict) -> dict[str, str]:
+    """Python keyword options (threshold_mib=0, bidirectional=True, ...) as pipeline
+    option text for every overlap pass that the pipeline leaves them unset."""
+    return {key.replace("_", "-"): str(value).lower() if isinstance(value, bool) else str(value)
+            for key, value in options.items() if value is not None}
+
+
 def rewrite_module(module: ir.Module, pipeline: str = DEFAULT_PIPELINE, *,
-                   threshold_mib: float | None = None, verify: bool = True,
-                   input_name: str | None = None) -> list[Site]:
+                   verify: bool = True, input_name: str | None = None,
+                   **options) -> list[Site]:
     """Run `pipeline` on `module` in place; returns every candidate site and its fate.
 
-    Raises `ir.MLIRError` if a pass or the verifier fails and
-    `overlap_hlo.PipelineError` for a bad pipeline.
+    `options` are the overlap passes' options in Python spelling: threshold_mib,
+    hardware, bidirectional, unroll. Raises `ir.MLIRError` if a pass or the verifier
+    fails and `overlap_hlo.PipelineError` for a bad pipeline or option.
     """
     log = SiteLog(input_name=input_name)
-    defaults = {} if threshold_mib is None else {"threshold-mib": repr(float(threshold_mib))}
+    defaults = pass_defaults(options)
     with module.context:
         pm = build_pass_manager(pipeline, log, defaults)
         pm.enable_verifier(verify)
@@ -44,12 +52,21 @@ def serialize(module: ir.Module, bytecode: bool = False) -> str | bytes:
 
 
 def rewrite_source(source: str | bytes, pipeline: str = DEFAULT_PIPELINE, *,
-                   threshold_mib: float | None = None,
-                   emit_bytecode: bool = False) -> str | bytes:
+                   emit_bytecode: bool = False, **options) -> str | bytes:
     """Rewrite MLIR text or bytecode; returns text (or bytecode)."""
     module = parse(source)
-    rewrite_module(module, pipeline, threshold_mib=threshold_mib)
+    rewrite_module(module, pipeline, **options)
     return serialize(module, emit_bytecode)
+
+
+def remarks(source: str | bytes | ir.Module, pipeline: str = DEFAULT_PIPELINE,
+            **options) -> list[Site]:
+    """Every candidate site of `source` and what the pipeline would do with it
+    (location, pattern, shapes, group size, decision and reason, predicted times).
+    The input is not changed."""
+    if isinstance(source, ir.Module):
+        source = serialize(source, bytecode=True)
+    return rewrite_module(parse(source), pipeline, **options)
 
 
 def _copy(module: ir.Module) -> ir.Module:
@@ -57,25 +74,23 @@ def _copy(module: ir.Module) -> ir.Module:
     return parse(serialize(module, bytecode=True))
 
 
-def rewrite_lowered(lowered, pipeline: str = DEFAULT_PIPELINE, *,
-                    threshold_mib: float | None = None):
+def rewrite_lowered(lowered, pipeline: str = DEFAULT_PIPELINE, **options):
     """A new `jax.stages.Lowered` whose `.compile()` runs the rewritten module.
 
     `lowered` and JAX's cached lowering are left as they were.
     """
     module = _copy(lowered.compiler_ir("stablehlo"))
-    rewrite_module(module, pipeline, threshold_mib=threshold_mib)
+    rewrite_module(module, pipeline, **options)
     return compat.replace_lowered_module(lowered, module)
 
 
-def rewrite_exported(exported, pipeline: str = DEFAULT_PIPELINE, *,
-                     threshold_mib: float | None = None):
+def rewrite_exported(exported, pipeline: str = DEFAULT_PIPELINE, **options):
     """A new `jax.export.Exported` carrying the rewritten module.
 
     Its `.call()` runs the rewritten module, and it survives serialize()/deserialize().
     """
     module = parse(exported.mlir_module())
-    rewrite_module(module, pipeline, threshold_mib=threshold_mib)
+    rewrite_module(module, pipeline, **options)
     with module.context:
         payload = compat.serialize_for_export(module)
     return dataclasses.replace(exported, mlir_module_serialized=payload)
