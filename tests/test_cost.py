@@ -1,0 +1,130 @@
+"""The cost model's arithmetic on hand-computed cases, its profiles and its decisions."""
+import json
+
+import pytest
+
+import overlap_hlo
+from overlap_hlo import cost
+
+H100 = cost.PROFILES["h100-sxm"]
+
+
+def test_profile_figures_match_their_datasheets():
+    figures = {name: (p.tflops.get("bf16"), p.link_gbps) for name, p in cost.PROFILES.items()}
+    assert figures == {
+        "tpu-v4": (275, 50), "tpu-v5e": (197, 50), "tpu-v5p": (459, 100),
+        "h100-sxm": (989, 450), "h200": (989, 450), "a100": (312, 300),
+        "host-cpu": (0.005, 2.0),
+    }
+    assert cost.PROFILES["tpu-v5e"].tflops["int8"] == 393
+    assert cost.PROFILES["a100"].tflops["f32"] == 156
+    assert all(p.source for p in cost.PROFILES.values())
+
+
+def test_matmul_and_shift_times():
+    # 2 TFLOP of bf16 at 989 TFLOP/s x 0.7 efficiency.
+    assert H100.matmul_us(2e12, "bf16") == pytest.approx(2e12 / (989e12 * 0.7) * 1e6)
+    assert H100.matmul_us(2e12, "bf16") == pytest.approx(2889.0, rel=1e-3)
+    # f32 runs at the tf32 rate; unknown types at the slowest listed rate.
+    assert H100.matmul_us(1e12, "f32") == pytest.approx(1e12 / (494e12 * 0.7) * 1e6)
+    assert H100.matmul_us(1e12, "i32") == pytest.approx(1e12 / (494e12 * 0.7) * 1e6)
+    # 1 MB over 450 GB/s x 0.8, plus 10 us latency.
+    assert H100.shift_us(1e6) == pytest.approx(10 + 1e6 / 360e9 * 1e6)
+
+
+def test_round_plans():
+    assert cost.gather_rounds(4, False) == [1, 1, 1, 1]
+    assert cost.gather_rounds(8, True) == [1, 2, 2, 2, 1]
+    assert cost.gather_rounds(7, True) == [1, 2, 2, 2]
+    assert cost.gather_rounds(2, True) == [1, 1]
+    assert cost.scatter_rounds(8, True) == [1, 2, 2, 2, 1]
+    assert cost.scatter_rounds(7, True) == [2, 2, 2, 1]
+    assert cost.scatter_rounds(3, True) == [2, 1]
+    for n in range(2, 10):
+        for bidi in (False, True):
+            assert sum(cost.gather_rounds(n, bidi)) == n
+            assert sum(cost.scatter_rounds(n, bidi)) == n
+
+
+def test_estimate_by_hand():
+    hw = cost.Hardware("toy", {"bf16": 1.0}, link_gbps=1.0, latency_us=0.0,
+                       step_overhead_us=1.0, loop_overhead_us=2.0, matmul_efficiency=1.0,
+                       link_efficiency=1.0)
+    # N=4, whole dot 4e6 FLOP: T_c = 1e6 / 1e12 s = 1 us; block 2000 B: T_m = 2 us.
+    site = cost.SiteShape(4, 4e6, "bf16", 2000.0, [1, 1, 1, 1], exposed_round=-1,
+                          loop_iterations=2)
+    est = cost.estimate(site, hw)
+    assert est.before_us == pytest.approx(3 * 2 + 4 * 1)            # 10
+    assert est.after_us == pytest.approx(3 * 2 + 1 + 4 * 1 + 2 * 2)  # 15
+    assert not est.pays()
+    # Compute-bound blocks hide the shifts: T_c = 10 us, T_m = 2 us.
+    big = cost.SiteShape(4, 4e7, "bf16", 2000.0, [1, 1, 1, 1], exposed_round=0)
+    est = cost.estimate(big, hw)
+    assert est.before_us == pytest.approx(3 * 2 + 40)
+    assert est.after_us == pytest.approx(40 + 4)
+    assert est.pays(margin=0) and not est.pays()  # 4% better: inside the 5% margin
+    # Bidirectional: the same 4 blocks in 3 rounds, the middle one two blocks.
+    bidi = cost.SiteShape(4, 4e6, "bf16", 2000.0, [1, 2, 1], exposed_round=-1)
+    assert cost.estimate(bidi, hw).after_us == pytest.approx(2 + 2 + 1 + 3)
+
+
+def test_json_profile(tmp_path):
+    path = tmp_path / "chip.json"
+    path.write_text(json.dumps({"name": "chip", "tflops": {"f32": 10.0}, "link_gbps": 5.0,
+                                "latency_us": 1.0, "step_overhead_us": 0.5,
+                                "loop_overhead_us": 0.5}))
+    assert cost.hardware(str(path)).tflops == {"f32": 10.0}
+    (tmp_path / "bad.json").write_text(json.dumps({"name": "x", "flops": 1}))
+    with pytest.raises(ValueError, match="unknown hardware fields"):
+        cost.hardware(str(tmp_path / "bad.json"))
+    with pytest.raises(ValueError, match="unknown hardware 'no-such-chip'"):
+        cost.hardware("no-such-chip")
+
+
+GATHER = """
+module attributes {{mhlo.num_partitions = 4 : i32}} {{
+  func.func @f(%x: tensor<{s}x{k}xbf16>, %w: tensor<{k}x{m}xbf16>) -> tensor<{full}x{m}xbf16> {{
+    %0 = "stablehlo.all_gather"(%x) <{{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}}> : (tensor<{s}x{k}xbf16>) -> tensor<{full}x{k}xbf16>
+    %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<{full}x{k}xbf16>, tensor<{k}x{m}xbf16>) -> tensor<{full}x{m}xbf16>
+    return %1 : tensor<{full}x{m}xbf16>
+  }}
+}}
+"""
+
+
+def gather_module(s, k, m):
+    return GATHER.format(s=s, k=k, m=m, full=4 * s)
+
+
+# A site whose shifts and partial dots take comparable time on each profile.
+BALANCED = {"host-cpu": (256, 1024, 8)}
+
+
+@pytest.mark.parametrize("profile", sorted(cost.PROFILES))
+def test_hardware_decides_as_the_arithmetic_says(profile):
+    tiny = overlap_hlo.remarks(gather_module(2, 16, 8), hardware=profile)
+    large = overlap_hlo.remarks(gather_module(*BALANCED.get(profile, (2048, 8192, 8192))),
+                                hardware=profile)
+    assert [s.applied for s in tiny] == [False] and tiny[0].kind == "not profitable"
+    assert tiny[0].estimate.after_us >= tiny[0].estimate.before_us * 0.95
+    assert [s.applied for s in large] == [True]
+    assert large[0].estimate.pays()
+
+
+def test_threshold_overrides_the_cost_model():
+    tiny = overlap_hlo.remarks(gather_module(2, 16, 8), hardware="h100-sxm", threshold_mib=0)
+    assert [s.applied for s in tiny] == [True]
+    assert tiny[0].estimate.hardware == "h100-sxm"
+
+
+def test_default_decides_by_size_and_predicts_on_the_default_profile():
+    (site,) = overlap_hlo.remarks(gather_module(2, 16, 8))
+    assert not site.applied and site.kind == "below threshold-mib"
+    assert site.estimate.hardware == "h100-sxm"
+
+
+def test_statistics_count_by_reason():
+    sites = (overlap_hlo.remarks(gather_module(2, 16, 8), hardware="tpu-v5e")
+             + overlap_hlo.remarks(gather_module(2048, 8192, 8192), hardware="tpu-v5e"))
+    assert overlap_hlo.statistics(sites) == {"overlap-all-gather-matmul": {
+        "seen": 2, "rewritten": 1, "skipped: not profitable": 1}}
