@@ -1,52 +1,121 @@
 """Ops the passes see through between a collective and its dot.
 
-A *view* op changes how a tensor is laid out or typed but keeps each gathered or
-scattered block a block: `stablehlo.transpose` (the dim moves), `stablehlo.convert`
-(the element type changes) and `sdy.sharding_constraint` (a propagation hint: no
-change at all; JAX puts one after every op of a partially manual shard_map body).
+A *view* changes how a tensor is laid out or typed but keeps each gathered or
+scattered block a block along one dim:
+
+- `sdy.sharding_constraint`: a propagation hint, no change at all (JAX puts one after
+  every op of a partially manual shard_map body);
+- `stablehlo.convert`: the element type changes;
+- `stablehlo.transpose`: the dim moves;
+- `stablehlo.reshape` that keeps the dim intact (same size, and the dims before it
+  hold the same number of elements), e.g. merging the batch and sequence dims of
+  activations gathered along the hidden dim;
+- `stablehlo.multiply` by a `broadcast_in_dim` that does not vary along the dim (a
+  dequantizing scale; all_gather side only).
+
 The passes replay the views on each step's block inside the loop, so the data on the
-wire keeps the collective's type and layout.
+wire keeps the collective's own type and layout.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
 
 TRANSPARENT = frozenset({"sdy.sharding_constraint"})
-VIEWS = TRANSPARENT | {"stablehlo.transpose", "stablehlo.convert"}
 
 
 def _op(owner) -> ir.Operation:
     return owner if isinstance(owner, ir.Operation) else owner.operation
 
 
-def _permutation(op: ir.Operation) -> list[int]:
-    return list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+def _ints(attr: ir.Attribute) -> list[int]:
+    return list(ir.DenseI64ArrayAttr(attr))
 
 
-def dim_after(op: ir.Operation, dim: int) -> int:
-    """Where dim `dim` of the view's operand lands in its result."""
-    return _permutation(op).index(dim) if op.name == "stablehlo.transpose" else dim
+@dataclass(frozen=True)
+class View:
+    """One view op on the chain, with the block dim before and after it."""
+
+    op: ir.Operation
+    dim_in: int
+    dim_out: int
+    operand: int = 0                 # which operand of `op` is on the chain
+    scale: ir.Value | None = None    # multiply: the value broadcast as the scale
 
 
-def dim_before(op: ir.Operation, dim: int) -> int:
-    """Which dim of the view's operand becomes dim `dim` of its result."""
-    return _permutation(op)[dim] if op.name == "stablehlo.transpose" else dim
+def _kept_dim(shape_in, shape_out, dim: int) -> int | None:
+    """The dim of `shape_out` that is dim `dim` of `shape_in` unsplit, if any."""
+    before = math.prod(shape_in[:dim])
+    for out in range(len(shape_out)):
+        if shape_out[out] == shape_in[dim] and math.prod(shape_out[:out]) == before:
+            return out
+    return None
 
 
-def replay(views: Sequence[ir.Operation], value: ir.Value) -> ir.Value:
-    """Apply `views` (in order) to `value`, a block of their original operand."""
+def view_forward(op: ir.Operation, operand: int, dim: int, scales: bool = True
+                 ) -> View | None:
+    """`op` as a view of its operand `operand` along `dim`, or None."""
+    name = op.name
+    if name in TRANSPARENT or name == "stablehlo.convert":
+        return View(op, dim, dim)
+    if name == "stablehlo.transpose":
+        return View(op, dim, _ints(op.attributes["permutation"]).index(dim))
+    if name == "stablehlo.reshape":
+        out = _kept_dim(op.operands[0].type.shape, op.results[0].type.shape, dim)
+        return None if out is None else View(op, dim, out)
+    if name == "stablehlo.multiply" and scales:
+        other = op.operands[1 - operand]
+        broadcast = _op(other.owner) if isinstance(other, ir.OpResult) else None
+        if broadcast is not None and broadcast.name == "stablehlo.broadcast_in_dim":
+            scale = broadcast.operands[0]
+            varies = [scale.type.shape[i] != 1 for i, d in enumerate(
+                _ints(broadcast.attributes["broadcast_dimensions"])) if d == dim]
+            if not any(varies):   # the scale is the same for every block along `dim`
+                return View(op, dim, dim, operand, scale)
+    return None
+
+
+def view_backward(op: ir.Operation, dim: int) -> View | None:
+    """`op` as a view of its first operand whose result dim `dim` it keeps, or None."""
+    name = op.name
+    if name in TRANSPARENT or name == "stablehlo.convert":
+        return View(op, dim, dim)
+    if name == "stablehlo.transpose":
+        return View(op, _ints(op.attributes["permutation"])[dim], dim)
+    if name == "stablehlo.reshape":
+        before = _kept_dim(op.results[0].type.shape, op.operands[0].type.shape, dim)
+        return None if before is None else View(op, before, dim)
+    return None
+
+
+def replay(views: Sequence[View], value: ir.Value, scales: Sequence[ir.Value] = ()
+           ) -> ir.Value:
+    """Apply `views` (in order) to `value`, a block of the chain's start.
+
+    `scales` are the values to broadcast for the multiply views, in order (inside a
+    loop: its block arguments)."""
+    scales = iter(scales)
     for view in views:
-        if view.name in TRANSPARENT:
+        op = view.op
+        if op.name in TRANSPARENT:
             continue
-        shape = list(value.type.shape)
-        if view.name == "stablehlo.transpose":
-            shape = [shape[d] for d in _permutation(view)]
-        result = ir.RankedTensorType.get(shape, view.results[0].type.element_type)
-        attrs = {name: view.attributes[name] for name in view.attributes}
-        value = ir.Operation.create(view.name, results=[result], operands=[value],
+        full = op.results[0].type
+        shape = list(full.shape)
+        shape[view.dim_out] = value.type.shape[view.dim_in]
+        result = ir.RankedTensorType.get(shape, full.element_type)
+        if op.name == "stablehlo.multiply":
+            broadcast = _op(op.operands[1 - view.operand].owner)
+            scale = stablehlo.broadcast_in_dim(
+                result, next(scales), broadcast.attributes["broadcast_dimensions"])
+            operands = [value, scale] if view.operand == 0 else [scale, value]
+        else:
+            operands = [value]
+        attrs = {name: op.attributes[name] for name in op.attributes}
+        value = ir.Operation.create(op.name, results=[result], operands=operands,
                                     attributes=attrs).result
     return value
 
@@ -56,37 +125,55 @@ class ViewedUse:
     """An op reading `value`, which is the root value seen through `views`."""
 
     value: ir.Value
-    views: tuple[ir.Operation, ...]
+    views: tuple[View, ...]
     user: ir.Operation
+    dim: int                        # the root's dim, where it enters `user`
+
+    @property
+    def scales(self) -> list[ir.Value]:
+        return [v.scale for v in self.views if v.scale is not None]
 
 
-def users_through_views(root: ir.Value) -> tuple[list[ViewedUse], list[ir.Value]]:
-    """Every non-view user of `root` through chains of views, and all values on them
-    in topological order (root first)."""
-    uses, values, paths = [], [root], [()]
-    for value, path in zip(values, paths):
+def users_through_views(root: ir.Value, dim: int) -> tuple[list[ViewedUse], list[ir.Value]]:
+    """Every non-view user of `root` (along `dim`) through chains of views, and all
+    values on those chains in topological order (root first)."""
+    uses, values, paths, dims = [], [root], [()], [dim]
+    for value, path, current in zip(values, paths, dims):
         for use in value.uses:
             owner = _op(use.owner)
-            if owner.name in VIEWS:
+            view = view_forward(owner, use.operand_number, current)
+            if view is not None:
                 values.append(owner.results[0])
-                paths.append((*path, owner))
+                paths.append((*path, view))
+                dims.append(view.dim_out)
             else:
-                uses.append(ViewedUse(value, path, owner))
+                uses.append(ViewedUse(value, path, owner, current))
     return uses, values
 
 
-def producer(value: ir.Value, kinds: frozenset = VIEWS
-             ) -> tuple[ir.Operation | None, list[ir.Operation]]:
-    """The op defining `value` above single-use ops of `kinds`, and those ops (nearest
-    the producer first, i.e. in the order they apply)."""
+def producer(value: ir.Value, dim: int) -> tuple[ir.Operation | None, list[View], int]:
+    """The op defining `value` above single-use views along `dim`, those views (in the
+    order they apply) and the dim in the op's result."""
     chain = []
     while isinstance(value, ir.OpResult):
         owner = _op(value.owner)
-        if owner.name not in kinds or len(list(owner.results[0].uses)) != 1:
-            return owner, chain[::-1]
-        chain.append(owner)
+        view = view_backward(owner, dim)
+        if view is None or len(list(owner.results[0].uses)) != 1:
+            return owner, chain[::-1], dim
+        chain.append(view)
+        dim = view.dim_in
         value = owner.operands[0]
-    return None, chain[::-1]
+    return None, chain[::-1], dim
+
+
+def only_transparent(value: ir.Value) -> ir.Operation | None:
+    """The op defining `value` above single-use transparent ops."""
+    while isinstance(value, ir.OpResult):
+        owner = _op(value.owner)
+        if owner.name not in TRANSPARENT or len(list(owner.results[0].uses)) != 1:
+            return owner
+        value = owner.operands[0]
+    return None
 
 
 def erase_unused(rewriter, values: list[ir.Value]) -> None:

@@ -33,8 +33,7 @@ from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
 from overlap_hlo.dominance import dominates
 from overlap_hlo.dots import DotDims, flops
-from overlap_hlo.lookthrough import (ViewedUse, dim_after, erase_unused, replay,
-                                     users_through_views)
+from overlap_hlo.lookthrough import View, ViewedUse, erase_unused, replay, users_through_views
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
 
 
@@ -48,7 +47,13 @@ class Consumer:
     dim: int               # the gathered dim in that operand (after the views)
     result_dim: int | None
     other_dim: int | None
-    views: tuple[ir.Operation, ...]  # transposes/converts between gather and dot
+    views: tuple[View, ...]  # between the gather and the dot, replayed on each block
+    scales: tuple[ir.Value, ...]  # what the views' dequantizing multiplies broadcast
+
+    @property
+    def inputs(self) -> list[ir.Value]:
+        """Values each round reads besides the shard: the other operand, the scales."""
+        return [self.dot.operands[1 - self.gathered], *self.scales]
 
     @property
     def result_type(self) -> ir.RankedTensorType:
@@ -59,11 +64,12 @@ class Consumer:
         return accumulator_type(self.result_type) if self.result_dim is None else self.result_type
 
     def accumulate(self, acc: ir.Value, shards: list[ir.Value], shifts: list[tuple[int, object]],
-                   other: ir.Value, position: ir.Value, n: int, block: int,
+                   inputs: list[ir.Value], position: ir.Value, n: int, block: int,
                    gather_dim: int) -> ir.Value:
         """Add this step's blocks to `acc`: one dot over the shards side by side."""
+        other, *scales = inputs
         offsets = [b.block_offset(position, step, n, block, sign) for sign, step in shifts]
-        viewed = replay(self.views, b.concat(shards, gather_dim))
+        viewed = replay(self.views, b.concat(shards, gather_dim), scales)
         if self.other_dim is not None:
             other = b.concat([b.slice_dim(other, self.other_dim, off, block) for off in offsets],
                              self.other_dim)
@@ -91,7 +97,8 @@ class OverlapAllGatherMatmul(RewritePass):
 
     def rewrite_site(self, op, rewriter, channels) -> str:
         gather = op.operation
-        uses, values = users_through_views(gather.results[0])
+        dim = ir.IntegerAttr(gather.attributes["all_gather_dim"]).value
+        uses, values = users_through_views(gather.results[0], dim)
         dots = []
         for use in uses:
             if use.user.name == "stablehlo.dot_general" and all(d.user != use.user for d in dots):
@@ -101,13 +108,12 @@ class OverlapAllGatherMatmul(RewritePass):
         ring = Ring.from_collective(gather)
         shard = gather.operands[0]
         require_supported_types(shard.type, gather.results[0].type)
-        dim = ir.IntegerAttr(gather.attributes["all_gather_dim"]).value
         block = shard.type.shape[dim]
         if block * ring.size != gather.results[0].type.shape[dim]:
             raise Unsupported(f"gathered dim {gather.results[0].type.shape[dim]} is not "
                               f"{ring.size} x {block}")
-        consumers = [analyze(use, values, dim) for use in dots]
-        kinds = ", ".join(f"{c.kind} dim" + "".join(f" through {v.name}" for v in c.views)
+        consumers = [analyze(use, values) for use in dots]
+        kinds = ", ".join(f"{c.kind} dim" + "".join(f" through {v.op.name}" for v in c.views)
                           for c in consumers)
         detail = (f"{len(consumers)} dot(s) ({kinds}), {gather.results[0].type} gathered "
                   f"over groups of {ring.size}")
@@ -140,7 +146,7 @@ def share_loops(consumers: list[Consumer]) -> list[list[Consumer]]:
         for group in groups:
             head = group[0].dot
             if (consumer.dot.block == head.block
-                    and dominates(consumer.dot.operands[1 - consumer.gathered], head)):
+                    and all(dominates(value, head) for value in consumer.inputs)):
                 group.append(consumer)
                 break
         else:
@@ -154,16 +160,15 @@ def _program_order(a: Consumer, b: Consumer) -> int:
     return -1 if a.dot.is_before_in_block(b.dot) else (1 if a.dot != b.dot else 0)
 
 
-def analyze(use: ViewedUse, gathered: list[ir.Value], dim: int) -> Consumer:
+def analyze(use: ViewedUse, gathered: list[ir.Value]) -> Consumer:
     dot = use.user
     operands = [i for i, operand in enumerate(dot.operands) if operand in gathered]
     if len(operands) != 1:
         raise Unsupported("the gathered tensor is both operands of the dot")
     require_supported_types(dot.results[0].type, dot.operands[1 - operands[0]].type)
-    for view in use.views:
-        dim = dim_after(view, dim)
-    kind, result_dim, other_dim = DotDims.of(dot).classify(operands[0], dim)
-    return Consumer(dot, operands[0], kind, dim, result_dim, other_dim, use.views)
+    kind, result_dim, other_dim = DotDims.of(dot).classify(operands[0], use.dim)
+    return Consumer(dot, operands[0], kind, use.dim, result_dim, other_dim, use.views,
+                    tuple(use.scales))
 
 
 def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int, block: int,
@@ -179,6 +184,7 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int, block
     streams = max(plan)
     rounds = len(plan) - 1                                # rounds after round 0
     last_has_up = plan[-1] == 2
+
     def send(values):
         """Shift stream 0 down the ring and stream 1 up (each permute a fresh channel)."""
         return [b.collective_permute(v, ring.shift_pairs(sign),
@@ -186,24 +192,28 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int, block
                 for v, sign in zip(values, (+1, -1))]
 
     def step(k, held, accs, invariants, up=True):
-        *others, position = invariants
+        *inputs, position = invariants
         shifts = [(+1, k), (-1, k)][:len(held) if up else 1]
-        return [c.accumulate(acc, held[:len(shifts)], shifts, other, position, n, block,
-                             gather_dim)
-                for c, acc, other in zip(consumers, accs, others)]
+        results = []
+        for consumer, acc in zip(consumers, accs):
+            mine, inputs = inputs[:len(consumer.inputs)], inputs[len(consumer.inputs):]
+            results.append(consumer.accumulate(acc, held[:len(shifts)], shifts, mine,
+                                               position, n, block, gather_dim))
+        return results
 
     def middle(k, carried, invariants):
         held, accs = carried[:streams], carried[streams:]
         return [*send(held), *step(k, held, accs, invariants)]
 
     position = b.ring_position(ring)
-    invariants = [c.dot.operands[1 - c.gathered] for c in consumers] + [position]
+    invariants = [value for c in consumers for value in c.inputs] + [position]
     accs = [b.zeros(c.acc_type) for c in consumers]
     accs = step(0, [shard], accs, invariants)
     carried = send([shard] * streams) + accs
     carried = b.unrolled_rounds(1, rounds, options.unroll, carried, invariants, middle)
     accs = step(rounds, carried[:streams], carried[streams:], invariants, up=last_has_up)
     return [c.finish(acc) for c, acc in zip(consumers, accs)]
+
 
 def accumulator_type(result_type: ir.RankedTensorType) -> ir.RankedTensorType:
     """Sums of partial products run in f32 for float types narrower than 32 bits."""

@@ -26,7 +26,7 @@ from overlap_hlo import builders as b
 from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
 from overlap_hlo.dots import DotDims, flops
-from overlap_hlo.lookthrough import TRANSPARENT, dim_before, producer, replay
+from overlap_hlo.lookthrough import TRANSPARENT, View, only_transparent, producer, replay
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
 
 
@@ -40,7 +40,8 @@ class OverlapMatmulReduceScatter(RewritePass):
 
     def rewrite_site(self, op, rewriter, channels) -> str:
         scatter = op.operation
-        dot, between = producer(scatter.operands[0])
+        scatter_dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value
+        dot, between, dim = producer(scatter.operands[0], scatter_dim)
         if dot is None or dot.name != "stablehlo.dot_general":
             raise NoMatch
         if not is_add_reduction(scatter.regions[0]):
@@ -51,17 +52,13 @@ class OverlapMatmulReduceScatter(RewritePass):
         result_type = scatter.results[0].type
         require_supported_types(result_type, dot.results[0].type,
                                 *(operand.type for operand in dot.operands))
-        scatter_dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value
         block = result_type.shape[scatter_dim]
-        dim = scatter_dim
-        for view in reversed(between):
-            dim = dim_before(view, dim)
         full = dot.results[0].type.shape[dim]
         if block * ring.size != full:
             raise Unsupported(f"scatter dim {full} is not {ring.size} x {block}")
         sliced = DotDims.of(dot).result_source(dim)
         source = "batch" if len(sliced) == 2 else f"free dim of operand {sliced[0][0]}"
-        through = "".join(f" through {view.name}" for view in between)
+        through = "".join(f" through {view.op.name}" for view in between)
         detail = (f"{dot.results[0].type} scattered on dim {dim} ({source}){through} "
                   f"over groups of {ring.size}")
         rounds = cost.scatter_rounds(ring.size, self.bidirectional)
@@ -73,7 +70,7 @@ class OverlapMatmulReduceScatter(RewritePass):
         with ir.InsertionPoint(scatter):
             result = emit_loop(dot, dim, block, ring, between, self, channels)
         rewriter.replace_op(scatter, [result])
-        for dead in [*reversed(between), dot]:
+        for dead in [*(view.op for view in reversed(between)), dot]:
             rewriter.erase_op(dead)
         return detail, estimate
 
@@ -82,16 +79,17 @@ def is_add_reduction(region: ir.Region) -> bool:
     """The region returns add(arg0, arg1), in either order, maybe through constraints."""
     block = region.blocks[0]
     ops = [op.operation for op in block.operations]
-    add, between = (producer(ops[-1].operands[0], TRANSPARENT) if len(ops[-1].operands) == 1
-                    else (None, []))
-    if add is None or add.name != "stablehlo.add" or len(ops) != len(between) + 2:
+    add = only_transparent(ops[-1].operands[0]) if len(ops[-1].operands) == 1 else None
+    if add is None or add.name != "stablehlo.add" or add.block != block:
+        return False
+    if any(op.name not in TRANSPARENT for op in ops if op != add and op != ops[-1]):
         return False
     args, operands = list(block.arguments), list(add.operands)
     return len(args) == 2 and (operands == args or operands == args[::-1])
 
 
 def emit_loop(dot: ir.Operation, result_dim: int, block: int, ring: Ring,
-              views: list[ir.Operation], options: RewritePass, channels) -> ir.Value:
+              views: list[View], options: RewritePass, channels) -> ir.Value:
     """The ring replacing reduce_scatter(dot), built at the current insertion point.
 
     With one stream (a = N-1 rounds) the accumulator moves down the ring; with two,

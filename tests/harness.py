@@ -28,7 +28,7 @@ class Program:
     fn: object
     mesh_shape: tuple[int, ...]
     axes: tuple[str, ...]
-    inputs: list[tuple[tuple[int, ...], P]]
+    inputs: list[tuple]           # (shape, PartitionSpec[, dtype])
     out_specs: object
     dtype: object = jnp.float32
     shard_mapped: bool = True
@@ -41,7 +41,7 @@ class Program:
         mesh = self.mesh()
         fn = self.fn
         if self.shard_mapped:
-            fn = jax.shard_map(fn, mesh=mesh, in_specs=tuple(s for _, s in self.inputs),
+            fn = jax.shard_map(fn, mesh=mesh, in_specs=tuple(spec for _, spec, *_ in self.inputs),
                                out_specs=self.out_specs, check_vma=False,
                                axis_names=self.manual_axes or set(self.axes))
         return jax.jit(fn)
@@ -49,8 +49,13 @@ class Program:
     def args(self, seed: int = 0):
         mesh = self.mesh()
         rng = np.random.default_rng(seed)
-        return [jax.device_put(jnp.asarray(rng.standard_normal(shape), self.dtype),
-                               NamedSharding(mesh, spec)) for shape, spec in self.inputs]
+        arrays = []
+        for shape, spec, *dtype in self.inputs:   # an input may name its own dtype
+            dtype = dtype[0] if dtype else self.dtype
+            values = (rng.integers(-100, 100, shape) if jnp.issubdtype(dtype, jnp.integer)
+                      else rng.standard_normal(shape))
+            arrays.append(jax.device_put(jnp.asarray(values, dtype), NamedSharding(mesh, spec)))
+        return arrays
 
 
 @contextlib.contextmanager

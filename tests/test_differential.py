@@ -70,6 +70,15 @@ VIEW_CASES = {
     # f32 partial sums rounded to bf16 before the scatter
     "scatter-convert": (lambda x, w: rs("x", 0)((x @ w).astype(jnp.bfloat16)),
                         [((64, 32), P(None, "x")), ((32, 24), P("x"))], P("x")),
+    # activations gathered along the hidden dim, batch and sequence merged by a reshape
+    "gather-reshape": (lambda x, w: ag("x", 2)(x).reshape(-1, 64) @ w,
+                       [((2, 8, 64), P(None, None, "x")), ((64, 24), P())], P()),
+    # int8 weights gathered, upcast and scaled per output column (dequantized)
+    "gather-dequantize": (lambda w, x, scale: x @ (ag("x", 0)(w).astype(jnp.float32) * scale),
+                          [((64, 24), P("x"), jnp.int8), ((16, 64), P()), ((24,), P())], P()),
+    # dot output reshaped to (batch, seq, hidden) before scattering the hidden dim
+    "scatter-reshape": (lambda x, w: rs("x", 2)((x @ w).reshape(2, 8, 64)),
+                        [((16, 32), P(None, "x")), ((32, 64), P("x"))], P(None, None, "x")),
     # batched dot whose output JAX transposes (einsum "ibj,bjk->ibk")
     "scatter-transpose": (lambda x, w: rs("x", 1)(jnp.einsum("ibj,bjk->ibk", x, w)),
                           [((16, 8, 32), P(None, None, "x")), ((8, 32, 24), P(None, "x"))],
@@ -173,3 +182,12 @@ def test_gather_and_scatter_on_the_same_dot():
     inputs = [((64, 32), P("x")), ((32, 64), P())]
     check(Program(fn, (4, 2), ("x", "y"), inputs, P(None, "x")), rewritten=1,
           left=Counter({"stablehlo.reduce_scatter": 1, "stablehlo.all_gather": 0}))
+
+
+def test_scale_varying_along_the_gathered_dim_is_not_a_view():
+    def fn(w, x, scale):   # a per-row scale: each gathered block has its own
+        return x @ (ag("x", 0)(w).astype(jnp.float32) * scale[:, None])
+
+    inputs = [((64, 24), P("x"), jnp.int8), ((16, 64), P()), ((64,), P())]
+    check(Program(fn, (4, 2), ("x", "y"), inputs, P()), rewritten=0,
+          left=Counter({"stablehlo.all_gather": 1}))
