@@ -142,3 +142,23 @@ def test_cli_output_runs(shardy, tmp_path):
         rewritten = replace_lowered_module(lowered, module).compile()
         want = np.asarray(lowered.compile()(*args))
         np.testing.assert_allclose(np.asarray(rewritten(*args)), want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("hardware", ["tpu-v5e", "h100-sxm", "host-cpu"])
+def test_remarks_explain_every_site_of_a_model(hardware):
+    """Every all_gather and reduce_scatter of the scanned model's gradient gets a
+    remark with its location, shapes, group size, decision and predicted times."""
+    def loss(x, w1s, w2s):
+        return jnp.sum(scanned(x, w1s, w2s) ** 2)
+
+    prog = Program(jax.grad(loss, argnums=(0, 1, 2)), (4, 2), ("x", "y"), SCAN_INPUTS,
+                   (P("x"), P(None, None, "x"), P(None, "x")))
+    text = prog.jitted().lower(*prog.args()).as_text()
+    counts = op_counts(overlap_hlo.parse(text))
+    sites = overlap_hlo.remarks(text, hardware=hardware)
+    assert len(sites) == counts["stablehlo.all_gather"] + counts["stablehlo.reduce_scatter"]
+    for site in sites:
+        line = site.format()
+        assert line.startswith("-:") and "groups of 4" in line and "tensor<" in line
+        assert f"on {hardware}" in line and site.estimate is not None
+        assert site.applied == site.estimate.pays()
