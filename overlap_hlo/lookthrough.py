@@ -9,7 +9,9 @@ scattered block a block along one dim:
 - `stablehlo.transpose`: the dim moves;
 - `stablehlo.reshape` that keeps the dim intact (same size, and the dims before it
   hold the same number of elements), e.g. merging the batch and sequence dims of
-  activations gathered along the hidden dim;
+  activations gathered along the hidden dim; on the all_gather side also one that
+  merges the dim with the dims after it (a non-tiled all_gather's new axis folded
+  into the next one: a block then spans the merged size);
 - `stablehlo.multiply` by a `broadcast_in_dim` that does not vary along the dim (a
   dequantizing scale; all_gather side only).
 
@@ -45,14 +47,25 @@ class View:
     dim_out: int
     operand: int = 0                 # which operand of `op` is on the chain
     scale: ir.Value | None = None    # multiply: the value broadcast as the scale
+    factor: int = 1                  # a block of size s along dim_in is s * factor along dim_out
 
 
 def _kept_dim(shape_in, shape_out, dim: int) -> int | None:
     """The dim of `shape_out` that is dim `dim` of `shape_in` unsplit, if any."""
+    merged = _merged_dim(shape_in, shape_out, dim)
+    return merged[0] if merged and merged[1] == 1 else None
+
+
+def _merged_dim(shape_in, shape_out, dim: int) -> tuple[int, int] | None:
+    """(out dim, factor) when dim `dim` of `shape_in`, with the dims after it up to
+    some point, forms one dim of `shape_out` (factor: their sizes multiplied)."""
     before = math.prod(shape_in[:dim])
     for out in range(len(shape_out)):
-        if shape_out[out] == shape_in[dim] and math.prod(shape_out[:out]) == before:
-            return out
+        if math.prod(shape_out[:out]) != before:
+            continue
+        for end in range(dim + 1, len(shape_in) + 1):
+            if math.prod(shape_in[dim:end]) == shape_out[out]:
+                return out, math.prod(shape_in[dim + 1:end])
     return None
 
 
@@ -65,8 +78,8 @@ def view_forward(op: ir.Operation, operand: int, dim: int, scales: bool = True
     if name == "stablehlo.transpose":
         return View(op, dim, _ints(op.attributes["permutation"]).index(dim))
     if name == "stablehlo.reshape":
-        out = _kept_dim(op.operands[0].type.shape, op.results[0].type.shape, dim)
-        return None if out is None else View(op, dim, out)
+        merged = _merged_dim(op.operands[0].type.shape, op.results[0].type.shape, dim)
+        return None if merged is None else View(op, dim, merged[0], factor=merged[1])
     if name == "stablehlo.multiply" and scales:
         other = op.operands[1 - operand]
         broadcast = _op(other.owner) if isinstance(other, ir.OpResult) else None
@@ -105,7 +118,7 @@ def replay(views: Sequence[View], value: ir.Value, scales: Sequence[ir.Value] = 
             continue
         full = op.results[0].type
         shape = list(full.shape)
-        shape[view.dim_out] = value.type.shape[view.dim_in]
+        shape[view.dim_out] = value.type.shape[view.dim_in] * view.factor
         result = ir.RankedTensorType.get(shape, full.element_type)
         if op.name == "stablehlo.multiply":
             broadcast = _op(op.operands[1 - view.operand].owner)
@@ -128,6 +141,11 @@ class ViewedUse:
     views: tuple[View, ...]
     user: ir.Operation
     dim: int                        # the root's dim, where it enters `user`
+
+    @property
+    def factor(self) -> int:
+        """How much larger a block is where it enters `user` (reshapes merging dims)."""
+        return math.prod(v.factor for v in self.views)
 
     @property
     def scales(self) -> list[ir.Value]:

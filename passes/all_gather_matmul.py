@@ -49,6 +49,7 @@ class Consumer:
     other_dim: int | None
     views: tuple[View, ...]  # between the gather and the dot, replayed on each block
     scales: tuple[ir.Value, ...]  # what the views' dequantizing multiplies broadcast
+    block: int               # one shard's size along `dim` (after the views)
 
     @property
     def inputs(self) -> list[ir.Value]:
@@ -64,10 +65,11 @@ class Consumer:
         return accumulator_type(self.result_type) if self.result_dim is None else self.result_type
 
     def accumulate(self, acc: ir.Value, shards: list[ir.Value], shifts: list[tuple[int, object]],
-                   inputs: list[ir.Value], position: ir.Value, n: int, block: int,
+                   inputs: list[ir.Value], position: ir.Value, n: int,
                    gather_dim: int) -> ir.Value:
         """Add this step's blocks to `acc`: one dot over the shards side by side."""
         other, *scales = inputs
+        block = self.block
         offsets = [b.block_offset(position, step, n, block, sign) for sign, step in shifts]
         viewed = replay(self.views, b.concat(shards, gather_dim), scales)
         if self.other_dim is not None:
@@ -112,7 +114,7 @@ class OverlapAllGatherMatmul(RewritePass):
         if block * ring.size != gather.results[0].type.shape[dim]:
             raise Unsupported(f"gathered dim {gather.results[0].type.shape[dim]} is not "
                               f"{ring.size} x {block}")
-        consumers = [analyze(use, values) for use in dots]
+        consumers = [analyze(use, values, block) for use in dots]
         kinds = ", ".join(f"{c.kind} dim" + "".join(f" through {v.op.name}" for v in c.views)
                           for c in consumers)
         detail = (f"{len(consumers)} dot(s) ({kinds}), {gather.results[0].type} gathered "
@@ -126,7 +128,7 @@ class OverlapAllGatherMatmul(RewritePass):
         groups = share_loops(consumers)
         for group in groups:
             with ir.InsertionPoint(group[0].dot):
-                results = emit_loop(group, shard, dim, block, ring, self, channels)
+                results = emit_loop(group, shard, dim, ring, self, channels)
             for consumer, result in zip(group, results):
                 rewriter.replace_op(consumer.dot, [result])
         erase_unused(rewriter, values)
@@ -160,7 +162,7 @@ def _program_order(a: Consumer, b: Consumer) -> int:
     return -1 if a.dot.is_before_in_block(b.dot) else (1 if a.dot != b.dot else 0)
 
 
-def analyze(use: ViewedUse, gathered: list[ir.Value]) -> Consumer:
+def analyze(use: ViewedUse, gathered: list[ir.Value], block: int) -> Consumer:
     dot = use.user
     operands = [i for i, operand in enumerate(dot.operands) if operand in gathered]
     if len(operands) != 1:
@@ -168,10 +170,10 @@ def analyze(use: ViewedUse, gathered: list[ir.Value]) -> Consumer:
     require_supported_types(dot.results[0].type, dot.operands[1 - operands[0]].type)
     kind, result_dim, other_dim = DotDims.of(dot).classify(operands[0], use.dim)
     return Consumer(dot, operands[0], kind, use.dim, result_dim, other_dim, use.views,
-                    tuple(use.scales))
+                    tuple(use.scales), block * use.factor)
 
 
-def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int, block: int,
+def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
               ring: Ring, options: RewritePass, channels) -> list[ir.Value]:
     """One ring for all `consumers`, built at the current insertion point.
 
@@ -198,7 +200,7 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int, block
         for consumer, acc in zip(consumers, accs):
             mine, inputs = inputs[:len(consumer.inputs)], inputs[len(consumer.inputs):]
             results.append(consumer.accumulate(acc, held[:len(shifts)], shifts, mine,
-                                               position, n, block, gather_dim))
+                                               position, n, gather_dim))
         return results
 
     def middle(k, carried, invariants):

@@ -73,6 +73,11 @@ VIEW_CASES = {
     # activations gathered along the hidden dim, batch and sequence merged by a reshape
     "gather-reshape": (lambda x, w: ag("x", 2)(x).reshape(-1, 64) @ w,
                        [((2, 8, 64), P(None, None, "x")), ((64, 24), P())], P()),
+    # non-tiled gathers: a new leading axis merged into the next one by a reshape
+    "gather-nontiled-free": (lambda x, w: AG(x, "x", axis=0).reshape(-1, 32) @ w,
+                             [((64, 32), P("x")), ((32, 24), P())], P()),
+    "gather-nontiled-contracting": (lambda x, w: AG(x, "x", axis=1).reshape(16, -1) @ w,
+                                    [((16, 64), P(None, "x")), ((64, 24), P())], P()),
     # int8 weights gathered, upcast and scaled per output column (dequantized)
     "gather-dequantize": (lambda w, x, scale: x @ (ag("x", 0)(w).astype(jnp.float32) * scale),
                           [((64, 24), P("x"), jnp.int8), ((16, 64), P()), ((24,), P())], P()),
