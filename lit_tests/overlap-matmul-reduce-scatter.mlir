@@ -1,15 +1,16 @@
 // RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file | FileCheck %s
 // RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file | FileCheck %s --check-prefix=GONE
 
-// Scatter dim 0 comes from a free dim of the lhs; 2 contiguous groups of 4. Step 0
+// Scatter dim 0 comes from a free dim of the lhs; 2 contiguous groups of 4. Round 0
 // is peeled before the loop: this device's block (p + 1) mod 4 of the product (lhs
-// rows sliced), without a permute. Each of the 3 loop steps permutes the carried
-// accumulator (a block argument) while the dot computes block (p + k + 1) mod 4
-// from the loop-invariant operands, then adds the two. The full 8x8 product is
-// never built.
+// rows sliced), without a permute. The loop runs rounds 1 and 2: each computes
+// block (p + k + 1) mod 4 from the loop-invariant operands while the permute moves
+// the carried accumulator (a block argument), then adds the two. After the loop,
+// the device's own block p is computed and the last permute of the accumulator is
+// added to it. The full 8x8 product is never built (GONE prefix).
 // CHECK-LABEL: func.func @free_lhs
 // CHECK-SAME: (%[[RL_A:.*]]: tensor<8x16xf32>, %[[RL_B:.*]]: tensor<16x8xf32>)
-// CHECK-NOT: tensor<8x8xf32>
 // CHECK: %[[RL_PID:.*]] = stablehlo.partition_id
 // CHECK-NEXT: %[[RL_ID:.*]] = stablehlo.convert %[[RL_PID]]
 // CHECK-NEXT: %[[RL_TABLE:.*]] = stablehlo.constant dense<[0, 1, 2, 3, 0, 1, 2, 3]> : tensor<8xi32>
@@ -25,15 +26,14 @@
 // CHECK-NEXT: %[[RL_S0:.*]] = stablehlo.dynamic_slice %[[RL_A]], %[[RL_OFF0]], %[[RL_Z0]], sizes = [2, 16] : (tensor<8x16xf32>, tensor<i32>, tensor<i32>) -> tensor<2x16xf32>
 // CHECK-NEXT: %[[RL_FIRST:.*]] = stablehlo.dot_general %[[RL_S0]], %[[RL_B]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
 // CHECK-NEXT: %[[RL_START:.*]] = stablehlo.constant dense<1> : tensor<i32>
-// CHECK-NEXT: %[[RL_LOOP:.*]]:5 = stablehlo.while(%[[RL_K:.*]] = %[[RL_START]], %[[RL_ACC:.*]] = %[[RL_FIRST]], %[[RL_LHS:.*]] = %[[RL_A]], %[[RL_RHS:.*]] = %[[RL_B]], %[[RL_P:.*]] = %[[RL_POS]])
+// CHECK-NEXT: %[[RL_LOOP:.*]]:5 = stablehlo.while(%[[RL_K:[^ ]+]] = %[[RL_START]], %[[RL_ACC:[^ ]+]] = %[[RL_FIRST]], %[[RL_LHS:[^ ]+]] = %[[RL_A]], %[[RL_RHS:[^ ]+]] = %[[RL_B]], %[[RL_P:[^ ]+]] = %[[RL_POS]])
 // CHECK: cond {
-// CHECK-NEXT: %[[RL_STOP:.*]] = stablehlo.constant dense<4> : tensor<i32>
+// CHECK-NEXT: %[[RL_STOP:.*]] = stablehlo.constant dense<3> : tensor<i32>
 // CHECK-NEXT: stablehlo.compare LT, %[[RL_K]], %[[RL_STOP]], SIGNED
 // CHECK: } do {
-// CHECK-NEXT: %[[RL_MOVED:.*]] = "stablehlo.collective_permute"(%[[RL_ACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}> : (tensor<2x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[RL_JK:.*]] = stablehlo.add %[[RL_P]], %[[RL_K]]
 // CHECK-NEXT: %[[RL_ONE1:.*]] = stablehlo.constant dense<1> : tensor<i32>
-// CHECK-NEXT: %[[RL_K1:.*]] = stablehlo.add %[[RL_K]], %[[RL_ONE1]]
-// CHECK-NEXT: %[[RL_J:.*]] = stablehlo.add %[[RL_P]], %[[RL_K1]]
+// CHECK-NEXT: %[[RL_J:.*]] = stablehlo.add %[[RL_JK]], %[[RL_ONE1]]
 // CHECK-NEXT: %[[RL_N:.*]] = stablehlo.constant dense<4> : tensor<i32>
 // CHECK-NEXT: %[[RL_M:.*]] = stablehlo.remainder %[[RL_J]], %[[RL_N]]
 // CHECK-NEXT: %[[RL_BLK:.*]] = stablehlo.constant dense<2> : tensor<i32>
@@ -41,15 +41,27 @@
 // CHECK-NEXT: %[[RL_Z:.*]] = stablehlo.constant dense<0> : tensor<i32>
 // CHECK-NEXT: %[[RL_SLICE:.*]] = stablehlo.dynamic_slice %[[RL_LHS]], %[[RL_OFF]], %[[RL_Z]], sizes = [2, 16]
 // CHECK-NEXT: %[[RL_PART:.*]] = stablehlo.dot_general %[[RL_SLICE]], %[[RL_RHS]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[RL_MOVED:.*]] = "stablehlo.collective_permute"(%[[RL_ACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}> : (tensor<2x8xf32>) -> tensor<2x8xf32>
 // CHECK-NEXT: %[[RL_SUM:.*]] = stablehlo.add %[[RL_MOVED]], %[[RL_PART]] : tensor<2x8xf32>
 // CHECK: stablehlo.return %{{.*}}, %[[RL_SUM]], %[[RL_LHS]], %[[RL_RHS]], %[[RL_P]] :
 // CHECK-NEXT: }
-// CHECK-NEXT: return %[[RL_LOOP]]#1 : tensor<2x8xf32>
-// CHECK-NOT: stablehlo.reduce_scatter
+// CHECK-NEXT: %[[RL_NL:.*]] = stablehlo.constant dense<4> : tensor<i32>
+// CHECK-NEXT: %[[RL_ML:.*]] = stablehlo.remainder %[[RL_POS]], %[[RL_NL]]
+// CHECK-NEXT: %[[RL_BL:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// CHECK-NEXT: %[[RL_OFFL:.*]] = stablehlo.multiply %[[RL_ML]], %[[RL_BL]]
+// CHECK-NEXT: %[[RL_ZL:.*]] = stablehlo.constant dense<0> : tensor<i32>
+// CHECK-NEXT: %[[RL_SL:.*]] = stablehlo.dynamic_slice %[[RL_A]], %[[RL_OFFL]], %[[RL_ZL]], sizes = [2, 16]
+// CHECK-NEXT: %[[RL_OWN:.*]] = stablehlo.dot_general %[[RL_SL]], %[[RL_B]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[RL_ARRIVED:.*]] = "stablehlo.collective_permute"(%[[RL_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}> : (tensor<2x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[RL_OUT:.*]] = stablehlo.add %[[RL_ARRIVED]], %[[RL_OWN]] : tensor<2x8xf32>
+// CHECK-NEXT: return %[[RL_OUT]] : tensor<2x8xf32>
+// GONE-LABEL: func.func @free_lhs
+// GONE-NOT: tensor<8x8xf32>
+// GONE-NOT: stablehlo.reduce_scatter
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @free_lhs(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<2x8xf32> {
     %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
-    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8x8xf32> scattered on dim 0 (free dim of operand 0) over groups of 4
+    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8x8xf32> scattered on dim 0 (free dim of operand 0) over groups of 4; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm{{$}}
     %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
     ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
       %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
@@ -62,26 +74,33 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // -----
 
 // Scatter dim 1 comes from a free dim of the rhs; strided groups [[0,2,4,6],
-// [1,3,5,7]]: the rhs columns are sliced, the lhs is used whole.
+// [1,3,5,7]]: the rhs columns are sliced, the lhs is used whole, in the peeled
+// round 0, in the loop and for the own block after it.
 // CHECK-LABEL: func.func @free_rhs
 // CHECK-SAME: (%[[RR_A:.*]]: tensor<8x16xf32>, %[[RR_B:.*]]: tensor<16x8xf32>)
-// CHECK-NOT: tensor<8x8xf32>
 // CHECK: stablehlo.constant dense<[0, 0, 1, 1, 2, 2, 3, 3]> : tensor<8xi32>
 // CHECK: %[[RR_S0:.*]] = stablehlo.dynamic_slice %[[RR_B]], %{{.*}}, %{{.*}}, sizes = [16, 2]
 // CHECK-NEXT: %[[RR_FIRST:.*]] = stablehlo.dot_general %[[RR_A]], %[[RR_S0]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x2xf32>) -> tensor<8x2xf32>
-// CHECK: %[[RR_LOOP:.*]]:5 = stablehlo.while(%[[RR_K:.*]] = %{{.*}}, %[[RR_ACC:.*]] = %[[RR_FIRST]], %[[RR_LHS:.*]] = %[[RR_A]], %[[RR_RHS:.*]] = %[[RR_B]], %[[RR_P:.*]] = %{{.*}})
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: %[[RR_LOOP:.*]]:5 = stablehlo.while(%[[RR_K:[^ ]+]] = %{{[^ ]+}}, %[[RR_ACC:[^ ]+]] = %[[RR_FIRST]], %[[RR_LHS:[^ ]+]] = %[[RR_A]], %[[RR_RHS:[^ ]+]] = %[[RR_B]], %[[RR_P:[^ ]+]] = %{{[^ ]+}})
 // CHECK: } do {
-// CHECK-NEXT: %[[RR_MOVED:.*]] = "stablehlo.collective_permute"(%[[RR_ACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]> : tensor<8x2xi64>}> : (tensor<8x2xf32>) -> tensor<8x2xf32>
 // CHECK: %[[RR_OFF:.*]] = stablehlo.multiply
 // CHECK: %[[RR_SLICE:.*]] = stablehlo.dynamic_slice %[[RR_RHS]], %{{.*}}, %[[RR_OFF]], sizes = [16, 2]
 // CHECK-NEXT: %[[RR_PART:.*]] = stablehlo.dot_general %[[RR_LHS]], %[[RR_SLICE]]
+// CHECK-NEXT: %[[RR_MOVED:.*]] = "stablehlo.collective_permute"(%[[RR_ACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]> : tensor<8x2xi64>}> : (tensor<8x2xf32>) -> tensor<8x2xf32>
 // CHECK-NEXT: stablehlo.add %[[RR_MOVED]], %[[RR_PART]] : tensor<8x2xf32>
-// CHECK: return %[[RR_LOOP]]#1 : tensor<8x2xf32>
-// CHECK-NOT: stablehlo.reduce_scatter
+// CHECK: %[[RR_SL:.*]] = stablehlo.dynamic_slice %[[RR_B]], %{{.*}}, %{{.*}}, sizes = [16, 2]
+// CHECK-NEXT: %[[RR_OWN:.*]] = stablehlo.dot_general %[[RR_A]], %[[RR_SL]]
+// CHECK-NEXT: %[[RR_ARRIVED:.*]] = "stablehlo.collective_permute"(%[[RR_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[RR_OUT:.*]] = stablehlo.add %[[RR_ARRIVED]], %[[RR_OWN]] : tensor<8x2xf32>
+// CHECK-NEXT: return %[[RR_OUT]] : tensor<8x2xf32>
+// GONE-LABEL: func.func @free_rhs
+// GONE-NOT: tensor<8x8xf32>
+// GONE-NOT: stablehlo.reduce_scatter
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @free_rhs(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x2xf32> {
     %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
-    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8x8xf32> scattered on dim 1 (free dim of operand 1) over groups of 4
+    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8x8xf32> scattered on dim 1 (free dim of operand 1) over groups of 4; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm{{$}}
     %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 2, 4, 6], [1, 3, 5, 7]]> : tensor<2x4xi64>, scatter_dimension = 1 : i64, use_global_device_ids}> ({
     ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
       %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
@@ -93,31 +112,32 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// Scatter dim 0 is a batch dim; groups of 2 [[0,1],[2,3],[4,5],[6,7]]: both
-// operands are sliced at the same batch offset, in the peeled step and in the loop.
+// Scatter dim 0 is a batch dim; groups of 2 [[0,1],[2,3],[4,5],[6,7]]: no middle
+// round, so no loop. Both operands are sliced at the same batch offset, for round
+// 0's block (p + 1) mod 2 and for the own block p; one permute moves round 0's
+// accumulator, added to the own block (no while anywhere: GONE prefix).
 // CHECK-LABEL: func.func @batch
 // CHECK-SAME: (%[[RB_A:.*]]: tensor<4x8x16xf32>, %[[RB_B:.*]]: tensor<4x16x8xf32>)
-// CHECK-NOT: tensor<4x8x8xf32>
 // CHECK: stablehlo.constant dense<[0, 1, 0, 1, 0, 1, 0, 1]> : tensor<8xi32>
 // CHECK: %[[RB_OFF0:.*]] = stablehlo.multiply
 // CHECK: %[[RB_SA0:.*]] = stablehlo.dynamic_slice %[[RB_A]], %[[RB_OFF0]], %{{.*}}, %{{.*}}, sizes = [2, 8, 16]
 // CHECK: %[[RB_SB0:.*]] = stablehlo.dynamic_slice %[[RB_B]], %[[RB_OFF0]], %{{.*}}, %{{.*}}, sizes = [2, 16, 8]
 // CHECK-NEXT: %[[RB_FIRST:.*]] = stablehlo.dot_general %[[RB_SA0]], %[[RB_SB0]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x16xf32>, tensor<2x16x8xf32>) -> tensor<2x8x8xf32>
-// CHECK: %[[RB_LOOP:.*]]:5 = stablehlo.while(%[[RB_K:.*]] = %{{.*}}, %[[RB_ACC:.*]] = %[[RB_FIRST]], %[[RB_LHS:.*]] = %[[RB_A]], %[[RB_RHS:.*]] = %[[RB_B]], %[[RB_P:.*]] = %{{.*}})
-// CHECK: stablehlo.constant dense<2> : tensor<i32>
-// CHECK: } do {
-// CHECK-NEXT: %[[RB_MOVED:.*]] = "stablehlo.collective_permute"(%[[RB_ACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 0], [2, 3], [3, 2], [4, 5], [5, 4], [6, 7], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK: %[[RB_OFF:.*]] = stablehlo.multiply
-// CHECK: %[[RB_SA:.*]] = stablehlo.dynamic_slice %[[RB_LHS]], %[[RB_OFF]], %{{.*}}, %{{.*}}, sizes = [2, 8, 16]
-// CHECK: %[[RB_SB:.*]] = stablehlo.dynamic_slice %[[RB_RHS]], %[[RB_OFF]], %{{.*}}, %{{.*}}, sizes = [2, 16, 8]
-// CHECK-NEXT: %[[RB_PART:.*]] = stablehlo.dot_general %[[RB_SA]], %[[RB_SB]], batching_dims = [0] x [0], contracting_dims = [2] x [1]
-// CHECK-NEXT: stablehlo.add %[[RB_MOVED]], %[[RB_PART]] : tensor<2x8x8xf32>
-// CHECK: return %[[RB_LOOP]]#1 : tensor<2x8x8xf32>
-// CHECK-NOT: stablehlo.reduce_scatter
+// CHECK: %[[RB_SA:.*]] = stablehlo.dynamic_slice %[[RB_A]], %[[RB_OFF]], %{{.*}}, %{{.*}}, sizes = [2, 8, 16]
+// CHECK: %[[RB_SB:.*]] = stablehlo.dynamic_slice %[[RB_B]], %[[RB_OFF]], %{{.*}}, %{{.*}}, sizes = [2, 16, 8]
+// CHECK-NEXT: %[[RB_OWN:.*]] = stablehlo.dot_general %[[RB_SA]], %[[RB_SB]], batching_dims = [0] x [0], contracting_dims = [2] x [1]
+// CHECK-NEXT: %[[RB_MOVED:.*]] = "stablehlo.collective_permute"(%[[RB_FIRST]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 0], [2, 3], [3, 2], [4, 5], [5, 4], [6, 7], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[RB_OUT:.*]] = stablehlo.add %[[RB_MOVED]], %[[RB_OWN]] : tensor<2x8x8xf32>
+// CHECK-NEXT: return %[[RB_OUT]] : tensor<2x8x8xf32>
+// GONE-LABEL: func.func @batch
+// GONE-NOT: tensor<4x8x8xf32>
+// GONE-NOT: stablehlo.while
+// GONE-NOT: stablehlo.reduce_scatter
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @batch(%arg0: tensor<4x8x16xf32>, %arg1: tensor<4x16x8xf32>) -> tensor<2x8x8xf32> {
     %0 = stablehlo.dot_general %arg0, %arg1, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<4x8x16xf32>, tensor<4x16x8xf32>) -> tensor<4x8x8xf32>
-    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<4x8x8xf32> scattered on dim 0 (batch) over groups of 2
+    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<4x8x8xf32> scattered on dim 0 (batch) over groups of 2; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm{{$}}
     %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1], [2, 3], [4, 5], [6, 7]]> : tensor<4x2xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
     ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
       %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
@@ -130,13 +150,16 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // -----
 
 // The reduction adds its block arguments in the other order (add %rhs, %lhs): still
-// a plain add. One group of all 8 partitions.
+// a plain add. One group of all 8 partitions: the loop runs rounds 1..6.
 // CHECK-LABEL: func.func @add_swapped
 // CHECK: stablehlo.constant dense<[0, 1, 2, 3, 4, 5, 6, 7]> : tensor<8xi32>
-// CHECK: stablehlo.while(%[[AS_K:.*]] = %{{[^,]+}}, %[[AS_ACC:.*]] = %{{[^,]+}}, %{{.*}} = %arg0, %{{.*}} = %arg1, %{{.*}}) : tensor<i32>, tensor<1x8xf32>,
-// CHECK: stablehlo.constant dense<8> : tensor<i32>
+// CHECK: %[[AS_LOOP:.*]]:5 = stablehlo.while(%[[AS_K:[^ ]+]] = %{{[^ ]+}}, %[[AS_ACC:[^ ]+]] = %{{[^ ]+}}, %{{[^ ]+}} = %arg0, %{{[^ ]+}} = %arg1, %{{.*}}) : tensor<i32>, tensor<1x8xf32>,
+// CHECK: stablehlo.constant dense<7> : tensor<i32>
 // CHECK: "stablehlo.collective_permute"(%[[AS_ACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
-// CHECK-NOT: stablehlo.reduce_scatter
+// CHECK: "stablehlo.collective_permute"(%[[AS_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// GONE-LABEL: func.func @add_swapped
+// GONE-NOT: tensor<8x8xf32>
+// GONE-NOT: stablehlo.reduce_scatter
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @add_swapped(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<1x8xf32> {
     %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
@@ -152,16 +175,19 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // -----
 
 // Replica ids (no channel handle, 8 replicas): stablehlo.replica_id gives the
-// position and the permute carries no channel handle.
+// position and no permute (in the loop or after it) carries a channel handle.
 // CHECK-LABEL: func.func @replica_ids
 // CHECK-NOT: channel_handle
 // CHECK-NOT: stablehlo.partition_id
 // CHECK: stablehlo.replica_id
-// CHECK: stablehlo.while(%[[RI_K:.*]] = %{{[^,]+}}, %[[RI_ACC:.*]] = %{{[^,]+}}, %{{.*}} = %arg0, %{{.*}} = %arg1, %{{.*}})
+// CHECK: %[[RI_LOOP:.*]]:5 = stablehlo.while(%[[RI_K:[^ ]+]] = %{{[^ ]+}}, %[[RI_ACC:[^ ]+]] = %{{[^ ]+}}, %{{[^ ]+}} = %arg0, %{{[^ ]+}} = %arg1, %{{.*}})
 // CHECK-NOT: channel_handle
 // CHECK: "stablehlo.collective_permute"(%[[RI_ACC]]) <{source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK-NOT: channel_handle
-// CHECK-NOT: stablehlo.reduce_scatter
+// CHECK: "stablehlo.collective_permute"(%[[RI_LOOP]]#1) <{source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NOT: channel_handle
+// GONE-LABEL: func.func @replica_ids
+// GONE-NOT: stablehlo.reduce_scatter
 module attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 8 : i32} {
   func.func @replica_ids(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<2x8xf32> {
     %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
@@ -180,11 +206,17 @@ module attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 8 : i32} {
 // move bf16 like the original collective would; nothing is widened to f32.
 // CHECK-LABEL: func.func @bf16
 // CHECK-NOT: f32
-// CHECK: stablehlo.while(%[[BF_K:.*]] = %{{[^,]+}}, %[[BF_ACC:.*]] = %{{[^,]+}}, %{{.*}} = %arg0, %{{.*}} = %arg1, %{{.*}}) : tensor<i32>, tensor<2x8xbf16>,
-// CHECK: "stablehlo.collective_permute"(%[[BF_ACC]]) {{.*}} : (tensor<2x8xbf16>) -> tensor<2x8xbf16>
+// CHECK: stablehlo.while(%[[BF_K:[^ ]+]] = %{{[^ ]+}}, %[[BF_ACC:[^ ]+]] = %{{[^ ]+}}, %{{[^ ]+}} = %arg0, %{{[^ ]+}} = %arg1, %{{.*}}) : tensor<i32>, tensor<2x8xbf16>,
 // CHECK: stablehlo.dot_general {{.*}} -> tensor<2x8xbf16>
+// CHECK: "stablehlo.collective_permute"(%[[BF_ACC]]) {{.*}} : (tensor<2x8xbf16>) -> tensor<2x8xbf16>
+// CHECK-NOT: f32
+// CHECK: "stablehlo.collective_permute"({{.*}}) {{.*}} : (tensor<2x8xbf16>) -> tensor<2x8xbf16>
 // CHECK-NOT: f32
 // CHECK: return %{{.*}} : tensor<2x8xbf16>
+// GONE-LABEL: func.func @bf16
+// GONE-NOT: f32
+// GONE-NOT: tensor<8x8xbf16>
+// GONE-NOT: stablehlo.reduce_scatter
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @bf16(%arg0: tensor<8x16xbf16>, %arg1: tensor<16x8xbf16>) -> tensor<2x8xbf16> {
     %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xbf16>, tensor<16x8xbf16>) -> tensor<8x8xbf16>
@@ -205,6 +237,7 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: "stablehlo.reduce_scatter"(%[[MX_D]])
 // CHECK: stablehlo.maximum
 // CHECK-NOT: stablehlo.collective_permute
+// GONE-LABEL: func.func @max_reduction
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @max_reduction(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<2x8xf32> {
     %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>

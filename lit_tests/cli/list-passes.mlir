@@ -1,9 +1,28 @@
 // RUN: overlap-opt --list-passes | FileCheck %s
 
-// CHECK: overlap-all-gather-matmul
+// Every overlap pass lists its four options with their types and defaults:
+// threshold-mib is unset by default (1 MiB applies unless a hardware profile is
+// named), hardware is unset, bidirectional is false and unroll is 1. The built-in
+// hardware profiles are listed at the end.
+
+// CHECK-LABEL: overlap-all-gather-matmul
 // CHECK-NEXT: all_gather feeding dot_general
-// CHECK: threshold-mib=<float> (default: 1.0)
-// CHECK: overlap-matmul-reduce-scatter
+// CHECK: Options:
+// CHECK-NEXT: threshold-mib=<float>  (default: unset)
+// CHECK: hardware=<str>  (default: unset)
+// CHECK: bidirectional=<bool>  (default: false)
+// CHECK: unroll=<int>  (default: 1)
+// CHECK-LABEL: overlap-matmul-reduce-scatter
 // CHECK-NEXT: dot_general feeding reduce_scatter
-// CHECK: threshold-mib=<float> (default: 1.0)
+// CHECK: Options:
+// CHECK-NEXT: threshold-mib=<float>  (default: unset)
+// CHECK: hardware=<str>  (default: unset)
+// CHECK: bidirectional=<bool>  (default: false)
+// CHECK: unroll=<int>  (default: 1)
 // CHECK: Upstream MLIR passes such as canonicalize and cse can be used in --pass-pipeline
+// CHECK: Default pipeline: builtin.module(overlap-all-gather-matmul,overlap-matmul-reduce-scatter,canonicalize,cse)
+// CHECK: Hardware profiles:
+// CHECK-DAG: tpu-v5e:
+// CHECK-DAG: h100-sxm:
+// CHECK-DAG: host-cpu:
+// CHECK-NOT: threshold-mib=<float>  (default: 1.0)
