@@ -42,10 +42,10 @@ def build():
     return fn, args
 
 
-def main() -> int:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--export", metavar="PATH", help="write the StableHLO module and exit")
-    options = parser.parse_args()
+    options = parser.parse_args(argv)
     fn, args = build()
     lowered = fn.lower(*args)
     if options.export:

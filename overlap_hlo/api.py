@@ -94,3 +94,56 @@ def rewrite_exported(exported, pipeline: str = DEFAULT_PIPELINE, **options):
     with module.context:
         payload = compat.serialize_for_export(module)
     return dataclasses.replace(exported, mlir_module_serialized=payload)
+
+
+class Overlapped:
+    """A jitted function whose executables run the rewritten module.
+
+    Calling it lowers the function for the arguments' shapes, dtypes and shardings,
+    rewrites the lowering, compiles it once per such signature and runs it.
+    `lower(*args)` gives the rewritten `jax.stages.Lowered` itself.
+    """
+
+    def __init__(self, jitted, pipeline: str = DEFAULT_PIPELINE, **options):
+        import jax
+
+        self.jitted = jitted if hasattr(jitted, "lower") else jax.jit(jitted)
+        self.pipeline = pipeline
+        self.options = options
+        self._compiled: dict = {}
+
+    def lower(self, *args, **kwargs):
+        return rewrite_lowered(self.jitted.lower(*args, **kwargs), self.pipeline,
+                               **self.options)
+
+    def __call__(self, *args, **kwargs):
+        import jax
+
+        leaves, tree = jax.tree.flatten((args, kwargs))
+        key = (tree, tuple(_signature(leaf) for leaf in leaves))
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._compiled[key] = self.lower(*args, **kwargs).compile()
+        return compiled(*args, **kwargs)
+
+
+def _signature(leaf):
+    import jax
+
+    shape = getattr(leaf, "shape", None)
+    dtype = getattr(leaf, "dtype", None)
+    sharding = getattr(leaf, "sharding", None) if isinstance(leaf, jax.Array) else None
+    if shape is None:
+        return ("static", type(leaf), leaf)
+    return (tuple(shape), str(dtype), sharding)
+
+
+def overlap(fn, pipeline: str = DEFAULT_PIPELINE, **options) -> Overlapped:
+    """`fn` (a function or a `jax.jit` of one) with its collectives decomposed.
+
+        step = overlap_hlo.overlap(jax.jit(train_step), bidirectional=True)
+        state, loss = step(state, batch)
+
+    Options as for `rewrite_module` (threshold_mib, hardware, bidirectional, unroll).
+    """
+    return Overlapped(fn, pipeline, **options)

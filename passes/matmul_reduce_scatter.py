@@ -41,38 +41,66 @@ class OverlapMatmulReduceScatter(RewritePass):
     def rewrite_site(self, op, rewriter, channels) -> str:
         scatter = op.operation
         scatter_dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value
-        dot, between, dim = producer(scatter.operands[0], scatter_dim)
-        if dot is None or dot.name != "stablehlo.dot_general":
+        top, between, dim = producer(scatter.operands[0], scatter_dim)
+        dots, adds = summed_dots(top)
+        if not dots:
             raise NoMatch
         if not is_add_reduction(scatter.regions[0]):
             raise Unsupported("reduction is not a plain add")
-        if len(list(dot.results[0].uses)) != 1:
+        if any(len(list(dot.results[0].uses)) != 1 for dot in dots):
             raise Unsupported("the dot result has users other than the reduce_scatter")
         ring = Ring.from_collective(scatter)
         result_type = scatter.results[0].type
-        require_supported_types(result_type, dot.results[0].type,
-                                *(operand.type for operand in dot.operands))
+        require_supported_types(result_type, *(v.type for d in dots
+                                               for v in (*d.operands, d.results[0])))
         block = result_type.shape[scatter_dim]
-        full = dot.results[0].type.shape[dim]
+        full = top.results[0].type.shape[dim]
         if block * ring.size != full:
             raise Unsupported(f"scatter dim {full} is not {ring.size} x {block}")
-        sliced = DotDims.of(dot).result_source(dim)
-        source = "batch" if len(sliced) == 2 else f"free dim of operand {sliced[0][0]}"
+        sources = []
+        for dot in dots:
+            sliced = DotDims.of(dot).result_source(dim)
+            sources.append("batch" if len(sliced) == 2 else f"free dim of operand {sliced[0][0]}")
         through = "".join(f" through {view.op.name}" for view in between)
-        detail = (f"{dot.results[0].type} scattered on dim {dim} ({source}){through} "
-                  f"over groups of {ring.size}")
+        summed = f"sum of {len(dots)} dots, " if len(dots) > 1 else ""
+        detail = (f"{top.results[0].type} scattered on dim {dim} ({summed}"
+                  f"{', '.join(sources)}){through} over groups of {ring.size}")
         rounds = cost.scatter_rounds(ring.size, self.bidirectional)
         uniform = len(rounds) - 1 - (rounds.index(2) + 1 if 2 in rounds else 1)
-        estimate = self.decide(dot.results[0].type, cost.SiteShape(
-            ring.size, flops(dot), cost.element_name(dot.operands[0].type.element_type),
+        estimate = self.decide(top.results[0].type, cost.SiteShape(
+            ring.size, sum(flops(dot) for dot in dots),
+            cost.element_name(dots[0].operands[0].type.element_type),
             mib(result_type) * 2**20, rounds, exposed_round=0,
             loop_iterations=max(uniform, 0) // self.unroll), detail)
         with ir.InsertionPoint(scatter):
-            result = emit_loop(dot, dim, block, ring, between, self, channels)
+            result = emit_loop(dots, dim, block, ring, between, self, channels)
         rewriter.replace_op(scatter, [result])
-        for dead in [*(view.op for view in reversed(between)), dot]:
+        for dead in [*(view.op for view in reversed(between)), *adds, *dots]:
             rewriter.erase_op(dead)
         return detail, estimate
+
+
+def summed_dots(top: ir.Operation | None) -> tuple[list[ir.Operation], list[ir.Operation]]:
+    """The dots whose sum `top` is (a dot, or a tree of single-use adds of dots), and the
+    adds (outermost first); no dots if `top` is anything else."""
+    if top is None:
+        return [], []
+    if top.name == "stablehlo.dot_general":
+        return [top], []
+    if top.name != "stablehlo.add":
+        return [], []
+    dots, adds = [], [top]
+    for operand in top.operands:
+        inner = operand.owner if isinstance(operand, ir.OpResult) else None
+        inner = inner if inner is None or isinstance(inner, ir.Operation) else inner.operation
+        if inner is None or len(list(operand.uses)) != 1:
+            return [], []
+        more, more_adds = summed_dots(inner)
+        if not more:
+            return [], []
+        dots += more
+        adds += more_adds
+    return dots, adds
 
 
 def is_add_reduction(region: ir.Region) -> bool:
@@ -88,9 +116,10 @@ def is_add_reduction(region: ir.Region) -> bool:
     return len(args) == 2 and (operands == args or operands == args[::-1])
 
 
-def emit_loop(dot: ir.Operation, result_dim: int, block: int, ring: Ring,
+def emit_loop(dots: list[ir.Operation], result_dim: int, block: int, ring: Ring,
               views: list[View], options: RewritePass, channels) -> ir.Value:
-    """The ring replacing reduce_scatter(dot), built at the current insertion point.
+    """The ring replacing reduce_scatter(sum of dots), built at the current insertion
+    point.
 
     With one stream (a = N-1 rounds) the accumulator moves down the ring; with two,
     a = ceil((N-1)/2) rounds down and b = N-1-a up, the up stream starting late so
@@ -101,25 +130,29 @@ def emit_loop(dot: ir.Operation, result_dim: int, block: int, ring: Ring,
     a = len(cost.scatter_rounds(n, options.bidirectional)) - 1   # rounds before the last
     up_start = a - (n - 1 - a)   # round in which the up stream starts (if any)
     streams = [+1] + ([-1] if a < n - 1 else [])   # down, then up
-    sliced = DotDims.of(dot).result_source(result_dim)
-    part_type = b.with_dim(dot.results[0].type, result_dim, block)
+    sliced = [DotDims.of(dot).result_source(result_dim) for dot in dots]
+    part_type = b.with_dim(dots[0].results[0].type, result_dim, block)
 
     def send(value, stream):
         """Shift an accumulator along its stream's direction (a fresh channel each)."""
         return b.collective_permute(value, ring.shift_pairs(streams[stream]),
                                     channels() if ring.uses_channel else None)
 
-    def parts(shifts, lhs, rhs, position):
-        """This device's share of blocks p + shift (one dot over all of them)."""
+    def parts(shifts, *invariants):
+        """This device's share of blocks p + shift (one dot over all of them, per term)."""
+        *operand_pairs, position = invariants
         offsets = [b.block_offset(position, step, n, block, sign, extra)
                    for sign, step, extra in shifts]
-        operands = [lhs, rhs]
-        for index, operand_dim in sliced:
-            operands[index] = b.concat(
-                [b.slice_dim(operands[index], operand_dim, off, block) for off in offsets],
-                operand_dim)
-        whole = b.dot_like(dot, *operands,
-                           b.with_dim(part_type, result_dim, block * len(shifts)))
+        whole = None
+        for dot, dot_sliced, i in zip(dots, sliced, range(0, len(operand_pairs), 2)):
+            operands = list(operand_pairs[i:i + 2])
+            for index, operand_dim in dot_sliced:
+                operands[index] = b.concat(
+                    [b.slice_dim(operands[index], operand_dim, off, block) for off in offsets],
+                    operand_dim)
+            term = b.dot_like(dot, *operands,
+                              b.with_dim(part_type, result_dim, block * len(shifts)))
+            whole = term if whole is None else b.add(whole, term)
         return [replay(views, b.static_slice(whole, result_dim, i * block, block))
                 for i in range(len(shifts))]
 
@@ -132,7 +165,7 @@ def emit_loop(dot: ir.Operation, result_dim: int, block: int, ring: Ring,
                 for i, part in enumerate(new)]
 
     position = b.ring_position(ring)
-    invariants = [*dot.operands, position]
+    invariants = [operand for dot in dots for operand in dot.operands] + [position]
     first_uniform = up_start + 1 if len(streams) == 2 else 1
     accs = []
     for k in range(min(first_uniform, a)):

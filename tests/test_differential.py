@@ -53,6 +53,10 @@ SCATTER_CASES = {
                  [((24, 32), P(None, "x")), ((32, 64), P("x"))], P(None, "x")),
     "batch": (lambda x, w: rs("x", 0)(jnp.einsum("bij,bjk->bik", x, w)),
               [((8, 16, 32), P(None, None, "x")), ((8, 32, 24), P(None, "x"))], P("x")),
+    # the transpose of one gather feeding Q/K/V: a sum of three dots is scattered
+    "sum-of-dots": (lambda dq, dk, wq, wk: rs("x", 0)(dq @ wq.T + dk @ wk.T),
+                    [((64, 16), P(None, "x")), ((64, 16), P(None, "x")),
+                     ((32, 16), P(None, "x")), ((32, 16), P(None, "x"))], P("x")),
     "batched-free-rhs": (lambda x, w: rs("x", 2)(jnp.einsum("bij,bjk->bik", x, w)),
                          [((8, 16, 32), P(None, None, "x")), ((8, 32, 64), P(None, "x"))],
                          P(None, None, "x")),
