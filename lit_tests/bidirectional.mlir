@@ -1,0 +1,530 @@
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 bidirectional=true},overlap-matmul-reduce-scatter{threshold-mib=0 bidirectional=true})' --split-input-file | FileCheck %s
+// RUN: overlap-opt %s --threshold-mib=0 --bidirectional --split-input-file | FileCheck %s --check-prefix=FLAG
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0},overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file | FileCheck %s --check-prefix=ONEWAY
+
+// bidirectional=true: two streams, one shifting down the ring (position q sends to
+// q-1, so after k shifts p holds the shard of p+k) and one shifting up (q sends to
+// q+1: p holds p-k). Each round multiplies the two held shards side by side in ONE
+// dot (a stablehlo.concatenate of the two feeds it) and writes or adds the two
+// halves at their own block offsets. Groups of 2 fall back to one stream; odd groups
+// use both streams in every round after round 0. The FLAG prefix checks that the
+// --bidirectional flag reaches the passes through the default pipeline; ONEWAY that
+// without it every ring has one direction only.
+
+// All_gather, free dim of the lhs, one group of 4 (N = 4, 2 rounds after round 0):
+// round 0 multiplies the own shard and sends it both ways (handles 2 and 3). The
+// loop runs round 1: both permutes read the carried shards, the concatenate of the
+// same two carried shards feeds the one dot, whose halves go to blocks (p + k) mod 4
+// and (p + 4 - k) mod 4. Round 2 (p + 2, reached by the down stream) is peeled and
+// uses the down shard only.
+// CHECK-LABEL: func.func @ag_free_lhs_4
+// CHECK-SAME: (%[[A4_X:.*]]: tensor<2x16xf32>, %[[A4_W:.*]]: tensor<16x8xf32>)
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: %[[A4_POS:.*]] = stablehlo.reshape {{.*}} : (tensor<1xi32>) -> tensor<i32>
+// CHECK: %[[A4_P0:.*]] = stablehlo.dot_general %[[A4_X]], %[[A4_W]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK: %[[A4_ACC0:.*]] = stablehlo.dynamic_update_slice %{{.*}}, %[[A4_P0]],
+// CHECK-NEXT: %[[A4_DOWN0:.*]] = "stablehlo.collective_permute"(%[[A4_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]> : tensor<4x2xi64>}>
+// CHECK-NEXT: %[[A4_UP0:.*]] = "stablehlo.collective_permute"(%[[A4_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0]]> : tensor<4x2xi64>}>
+// CHECK-NEXT: %[[A4_START:.*]] = stablehlo.constant dense<1> : tensor<i32>
+// CHECK-NEXT: %[[A4_LOOP:.*]]:6 = stablehlo.while(%[[A4_K:[^ ]+]] = %[[A4_START]], %[[A4_DOWN:[^ ]+]] = %[[A4_DOWN0]], %[[A4_UP:[^ ]+]] = %[[A4_UP0]], %[[A4_ACC:[^ ]+]] = %[[A4_ACC0]], %[[A4_OTHER:[^ ]+]] = %[[A4_W]], %[[A4_P:[^ ]+]] = %[[A4_POS]])
+// CHECK: cond {
+// CHECK-NEXT: %[[A4_STOP:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// CHECK-NEXT: stablehlo.compare LT, %[[A4_K]], %[[A4_STOP]], SIGNED
+// CHECK: } do {
+// CHECK-NEXT: %[[A4_DMOVED:.*]] = "stablehlo.collective_permute"(%[[A4_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]> : tensor<4x2xi64>}>
+// CHECK-NEXT: %[[A4_UMOVED:.*]] = "stablehlo.collective_permute"(%[[A4_UP]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0]]> : tensor<4x2xi64>}>
+// CHECK-NEXT: %[[A4_JD:.*]] = stablehlo.add %[[A4_P]], %[[A4_K]] : tensor<i32>
+// CHECK-NEXT: %[[A4_N1:.*]] = stablehlo.constant dense<4> : tensor<i32>
+// CHECK-NEXT: %[[A4_MD:.*]] = stablehlo.remainder %[[A4_JD]], %[[A4_N1]]
+// CHECK-NEXT: %[[A4_B1:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// CHECK-NEXT: %[[A4_OFFD:.*]] = stablehlo.multiply %[[A4_MD]], %[[A4_B1]]
+// CHECK-NEXT: %[[A4_N2:.*]] = stablehlo.constant dense<4> : tensor<i32>
+// CHECK-NEXT: %[[A4_PN:.*]] = stablehlo.add %[[A4_P]], %[[A4_N2]]
+// CHECK-NEXT: %[[A4_JU:.*]] = stablehlo.subtract %[[A4_PN]], %[[A4_K]]
+// CHECK-NEXT: %[[A4_N3:.*]] = stablehlo.constant dense<4> : tensor<i32>
+// CHECK-NEXT: %[[A4_MU:.*]] = stablehlo.remainder %[[A4_JU]], %[[A4_N3]]
+// CHECK-NEXT: %[[A4_B2:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// CHECK-NEXT: %[[A4_OFFU:.*]] = stablehlo.multiply %[[A4_MU]], %[[A4_B2]]
+// CHECK-NEXT: %[[A4_CAT:.*]] = stablehlo.concatenate %[[A4_DOWN]], %[[A4_UP]], dim = 0 : (tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<4x16xf32>
+// CHECK-NEXT: %[[A4_PART:.*]] = stablehlo.dot_general %[[A4_CAT]], %[[A4_OTHER]], contracting_dims = [1] x [0] : (tensor<4x16xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: %[[A4_HD:.*]] = stablehlo.slice %[[A4_PART]] [0:2, 0:8]
+// CHECK-NEXT: %[[A4_Z1:.*]] = stablehlo.constant dense<0> : tensor<i32>
+// CHECK-NEXT: %[[A4_U1:.*]] = stablehlo.dynamic_update_slice %[[A4_ACC]], %[[A4_HD]], %[[A4_OFFD]], %[[A4_Z1]]
+// CHECK-NEXT: %[[A4_HU:.*]] = stablehlo.slice %[[A4_PART]] [2:4, 0:8]
+// CHECK-NEXT: %[[A4_Z2:.*]] = stablehlo.constant dense<0> : tensor<i32>
+// CHECK-NEXT: %[[A4_U2:.*]] = stablehlo.dynamic_update_slice %[[A4_U1]], %[[A4_HU]], %[[A4_OFFU]], %[[A4_Z2]]
+// CHECK-NEXT: %[[A4_ONE:.*]] = stablehlo.constant dense<1> : tensor<i32>
+// CHECK-NEXT: %[[A4_NEXT:.*]] = stablehlo.add %[[A4_K]], %[[A4_ONE]]
+// CHECK-NEXT: stablehlo.return %[[A4_NEXT]], %[[A4_DMOVED]], %[[A4_UMOVED]], %[[A4_U2]], %[[A4_OTHER]], %[[A4_P]] :
+// CHECK-NEXT: }
+// CHECK-NEXT: %[[A4_TWO:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// CHECK-NEXT: %[[A4_JL:.*]] = stablehlo.add %[[A4_POS]], %[[A4_TWO]]
+// CHECK-NOT: stablehlo.concatenate
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: %[[A4_LAST:.*]] = stablehlo.dot_general %[[A4_LOOP]]#1, %[[A4_W]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: stablehlo.constant
+// CHECK-NEXT: %[[A4_OUT:.*]] = stablehlo.dynamic_update_slice %[[A4_LOOP]]#3, %[[A4_LAST]]
+// CHECK-NEXT: return %[[A4_OUT]] : tensor<8x8xf32>
+// FLAG-LABEL: func.func @ag_free_lhs_4
+// FLAG: "stablehlo.collective_permute"(%arg0) {{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]>
+// FLAG: "stablehlo.collective_permute"(%arg0) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0]]>
+// FLAG: stablehlo.concatenate
+// ONEWAY-LABEL: func.func @ag_free_lhs_4
+// ONEWAY-NOT: {{\[}}[0, 1], [1, 2], [2, 3], [3, 0]]
+// ONEWAY-NOT: stablehlo.concatenate
+// ONEWAY: return
+module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @ag_free_lhs_4(%arg0: tensor<2x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// All_gather, free dim of the rhs, one group of 8 (4 rounds after round 0): the
+// loop runs rounds 1..3; the concatenate of the carried shards is along the
+// gathered dim (1) and stays the dot's rhs.
+// CHECK-LABEL: func.func @ag_free_rhs_8
+// CHECK-SAME: (%[[A8_A:.*]]: tensor<8x16xf32>, %[[A8_X:.*]]: tensor<16x1xf32>)
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: %[[A8_DOWN0:.*]] = "stablehlo.collective_permute"(%[[A8_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[A8_UP0:.*]] = "stablehlo.collective_permute"(%[[A8_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK: %[[A8_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[A8_DOWN:[^ ]+]] = %[[A8_DOWN0]], %[[A8_UP:[^ ]+]] = %[[A8_UP0]], %{{[^ ]+}} = %{{[^ ]+}}, %[[A8_OTHER:[^ ]+]] = %[[A8_A]], %{{.*}})
+// CHECK: stablehlo.constant dense<4> : tensor<i32>
+// CHECK: } do {
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[A8_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[A8_UP]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK: %[[A8_CAT:.*]] = stablehlo.concatenate %[[A8_DOWN]], %[[A8_UP]], dim = 1 : (tensor<16x1xf32>, tensor<16x1xf32>) -> tensor<16x2xf32>
+// CHECK-NEXT: stablehlo.dot_general %[[A8_OTHER]], %[[A8_CAT]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x2xf32>) -> tensor<8x2xf32>
+// CHECK: stablehlo.slice %{{.*}} [0:8, 0:1]
+// CHECK: stablehlo.slice %{{.*}} [0:8, 1:2]
+// CHECK: stablehlo.return
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: stablehlo.dot_general %[[A8_A]], %[[A8_LOOP]]#1
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: return
+// FLAG-LABEL: func.func @ag_free_rhs_8
+// FLAG: stablehlo.concatenate
+// FLAG-SAME: tensor<16x2xf32>
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @ag_free_rhs_8(%arg0: tensor<8x16xf32>, %arg1: tensor<16x1xf32>) -> tensor<8x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg1) <{all_gather_dim = 1 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids}> : (tensor<16x1xf32>) -> tensor<16x8xf32>
+    %1 = stablehlo.dot_general %arg0, %0, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// All_gather, contracting dim of the lhs, one group of 8: the two carried shards are
+// concatenated along the gathered (contracting) dim, the rhs blocks of both streams
+// are sliced and concatenated along the paired contracting dim, and one dot sums
+// both blocks into the accumulator.
+// CHECK-LABEL: func.func @ag_contracting_lhs_8
+// CHECK-SAME: (%[[C8_X:.*]]: tensor<8x2xf32>, %[[C8_W:.*]]: tensor<16x8xf32>)
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: "stablehlo.collective_permute"(%[[C8_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
+// CHECK: "stablehlo.collective_permute"(%[[C8_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]>
+// CHECK: %[[C8_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[C8_DOWN:[^ ]+]] = %{{[^ ]+}}, %[[C8_UP:[^ ]+]] = %{{[^ ]+}}, %[[C8_ACC:[^ ]+]] = %{{[^ ]+}}, %[[C8_OTHER:[^ ]+]] = %[[C8_W]], %{{.*}})
+// CHECK: } do {
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[C8_DOWN]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[C8_UP]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]>
+// CHECK: %[[C8_OFFD:.*]] = stablehlo.multiply
+// CHECK: stablehlo.subtract
+// CHECK: %[[C8_OFFU:.*]] = stablehlo.multiply
+// CHECK-NEXT: %[[C8_CAT:.*]] = stablehlo.concatenate %[[C8_DOWN]], %[[C8_UP]], dim = 1 : (tensor<8x2xf32>, tensor<8x2xf32>) -> tensor<8x4xf32>
+// CHECK: %[[C8_SD:.*]] = stablehlo.dynamic_slice %[[C8_OTHER]], %[[C8_OFFD]], %{{.*}}, sizes = [2, 8]
+// CHECK: %[[C8_SU:.*]] = stablehlo.dynamic_slice %[[C8_OTHER]], %[[C8_OFFU]], %{{.*}}, sizes = [2, 8]
+// CHECK-NEXT: %[[C8_WCAT:.*]] = stablehlo.concatenate %[[C8_SD]], %[[C8_SU]], dim = 0 : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: %[[C8_PART:.*]] = stablehlo.dot_general %[[C8_CAT]], %[[C8_WCAT]], contracting_dims = [1] x [0] : (tensor<8x4xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: stablehlo.add %[[C8_ACC]], %[[C8_PART]] : tensor<8x8xf32>
+// CHECK: stablehlo.return
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: %[[C8_LAST:.*]] = stablehlo.dot_general %[[C8_LOOP]]#1, %{{.*}} : (tensor<8x2xf32>, tensor<2x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[C8_OUT:.*]] = stablehlo.add %[[C8_LOOP]]#3, %[[C8_LAST]]
+// CHECK-NEXT: return %[[C8_OUT]]
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @ag_contracting_lhs_8(%arg0: tensor<8x2xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 1 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids}> : (tensor<8x2xf32>) -> tensor<8x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// All_gather, contracting dim of the rhs, strided groups of 4 [[0,2,4,6],[1,3,5,7]]:
+// the down stream sends 2 -> 0, 4 -> 2, ... and the up stream 0 -> 2, 2 -> 4, ...
+// within each group; the lhs blocks of both streams are concatenated along dim 1.
+// CHECK-LABEL: func.func @ag_contracting_rhs_4
+// CHECK-SAME: (%[[CR4_A:.*]]: tensor<8x16xf32>, %[[CR4_X:.*]]: tensor<4x8xf32>)
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: stablehlo.constant dense<[0, 0, 1, 1, 2, 2, 3, 3]> : tensor<8xi32>
+// CHECK: "stablehlo.collective_permute"(%[[CR4_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[CR4_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 2], [2, 4], [4, 6], [6, 0], [1, 3], [3, 5], [5, 7], [7, 1]]>
+// CHECK: stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[CR4_DOWN:[^ ]+]] = %{{[^ ]+}}, %[[CR4_UP:[^ ]+]] = %{{[^ ]+}}, %[[CR4_ACC:[^ ]+]] = %{{[^ ]+}}, %[[CR4_OTHER:[^ ]+]] = %[[CR4_A]], %{{.*}})
+// CHECK: } do {
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[CR4_DOWN]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[CR4_UP]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 2], [2, 4], [4, 6], [6, 0], [1, 3], [3, 5], [5, 7], [7, 1]]>
+// CHECK: %[[CR4_CAT:.*]] = stablehlo.concatenate %[[CR4_DOWN]], %[[CR4_UP]], dim = 0 : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+// CHECK: %[[CR4_ACAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 1 : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[CR4_PART:.*]] = stablehlo.dot_general %[[CR4_ACAT]], %[[CR4_CAT]], contracting_dims = [1] x [0]
+// CHECK-NEXT: stablehlo.add %[[CR4_ACC]], %[[CR4_PART]]
+// CHECK: stablehlo.return
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: return
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @ag_contracting_rhs_4(%arg0: tensor<8x16xf32>, %arg1: tensor<4x8xf32>) -> tensor<8x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg1) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 2, 4, 6], [1, 3, 5, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<4x8xf32>) -> tensor<16x8xf32>
+    %1 = stablehlo.dot_general %arg0, %0, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// All_gather, batch dim of the lhs, 2 groups of 4: the carried shards are
+// concatenated along the batch dim, the rhs batch blocks of both streams likewise,
+// and the result's two batch blocks are written at the two offsets.
+// CHECK-LABEL: func.func @ag_batch_lhs_4
+// CHECK-SAME: (%[[B4_X:.*]]: tensor<1x4x16xf32>, %[[B4_W:.*]]: tensor<4x16x8xf32>)
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: "stablehlo.collective_permute"(%[[B4_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]>
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[B4_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4]]>
+// CHECK: stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[B4_DOWN:[^ ]+]] = %{{[^ ]+}}, %[[B4_UP:[^ ]+]] = %{{[^ ]+}}, %[[B4_ACC:[^ ]+]] = %{{[^ ]+}}, %[[B4_OTHER:[^ ]+]] = %[[B4_W]], %{{.*}})
+// CHECK: } do {
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[B4_DOWN]])
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[B4_UP]])
+// CHECK: %[[B4_OFFD:.*]] = stablehlo.multiply
+// CHECK: %[[B4_OFFU:.*]] = stablehlo.multiply
+// CHECK-NEXT: %[[B4_CAT:.*]] = stablehlo.concatenate %[[B4_DOWN]], %[[B4_UP]], dim = 0 : (tensor<1x4x16xf32>, tensor<1x4x16xf32>) -> tensor<2x4x16xf32>
+// CHECK: %[[B4_SD:.*]] = stablehlo.dynamic_slice %[[B4_OTHER]], %[[B4_OFFD]], %{{.*}}, %{{.*}}, sizes = [1, 16, 8]
+// CHECK: %[[B4_SU:.*]] = stablehlo.dynamic_slice %[[B4_OTHER]], %[[B4_OFFU]], %{{.*}}, %{{.*}}, sizes = [1, 16, 8]
+// CHECK-NEXT: %[[B4_WCAT:.*]] = stablehlo.concatenate %[[B4_SD]], %[[B4_SU]], dim = 0 : (tensor<1x16x8xf32>, tensor<1x16x8xf32>) -> tensor<2x16x8xf32>
+// CHECK-NEXT: %[[B4_PART:.*]] = stablehlo.dot_general %[[B4_CAT]], %[[B4_WCAT]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x4x16xf32>, tensor<2x16x8xf32>) -> tensor<2x4x8xf32>
+// CHECK-NEXT: %[[B4_HD:.*]] = stablehlo.slice %[[B4_PART]] [0:1, 0:4, 0:8]
+// CHECK: %[[B4_U1:.*]] = stablehlo.dynamic_update_slice %[[B4_ACC]], %[[B4_HD]], %[[B4_OFFD]],
+// CHECK-NEXT: %[[B4_HU:.*]] = stablehlo.slice %[[B4_PART]] [1:2, 0:4, 0:8]
+// CHECK: stablehlo.dynamic_update_slice %[[B4_U1]], %[[B4_HU]], %[[B4_OFFU]],
+// CHECK: stablehlo.return
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: return
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @ag_batch_lhs_4(%arg0: tensor<1x4x16xf32>, %arg1: tensor<4x16x8xf32>) -> tensor<4x4x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<1x4x16xf32>) -> tensor<4x4x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<4x4x16xf32>, tensor<4x16x8xf32>) -> tensor<4x4x8xf32>
+    return %1 : tensor<4x4x8xf32>
+  }
+}
+
+// -----
+
+// All_gather, batch dim of the rhs, one group of 8.
+// CHECK-LABEL: func.func @ag_batch_rhs_8
+// CHECK-SAME: (%[[B8_A:.*]]: tensor<8x8x16xf32>, %[[B8_X:.*]]: tensor<1x16x4xf32>)
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: "stablehlo.collective_permute"(%[[B8_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[B8_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]>
+// CHECK: stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[B8_DOWN:[^ ]+]] = %{{[^ ]+}}, %[[B8_UP:[^ ]+]] = %{{[^ ]+}},
+// CHECK: } do {
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[B8_DOWN]])
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[B8_UP]])
+// CHECK: %[[B8_CAT:.*]] = stablehlo.concatenate %[[B8_DOWN]], %[[B8_UP]], dim = 0 : (tensor<1x16x4xf32>, tensor<1x16x4xf32>) -> tensor<2x16x4xf32>
+// CHECK: %[[B8_ACAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x8x16xf32>, tensor<1x8x16xf32>) -> tensor<2x8x16xf32>
+// CHECK-NEXT: stablehlo.dot_general %[[B8_ACAT]], %[[B8_CAT]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x16xf32>, tensor<2x16x4xf32>) -> tensor<2x8x4xf32>
+// CHECK: stablehlo.return
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: return
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @ag_batch_rhs_8(%arg0: tensor<8x8x16xf32>, %arg1: tensor<1x16x4xf32>) -> tensor<8x8x4xf32> {
+    %0 = "stablehlo.all_gather"(%arg1) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids}> : (tensor<1x16x4xf32>) -> tensor<8x16x4xf32>
+    %1 = stablehlo.dot_general %arg0, %0, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<8x8x16xf32>, tensor<8x16x4xf32>) -> tensor<8x8x4xf32>
+    return %1 : tensor<8x8x4xf32>
+  }
+}
+
+// -----
+
+// Groups of 2: both directions would send to the same neighbour, so the ring falls
+// back to one stream: one permute (round 0's), no concatenate, two inline rounds.
+// CHECK-LABEL: func.func @ag_pairs
+// CHECK-NOT: stablehlo.concatenate
+// CHECK: %[[AP_SENT:.*]] = "stablehlo.collective_permute"(%arg0) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 0], [2, 3], [3, 2], [4, 5], [5, 4], [6, 7], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK-NOT: stablehlo.concatenate
+// CHECK: stablehlo.dot_general %[[AP_SENT]], %arg1, contracting_dims = [1] x [0] : (tensor<4x16xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK-NOT: stablehlo.concatenate
+// CHECK: return
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @ag_pairs(%arg0: tensor<4x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1], [2, 3], [4, 5], [6, 7]]> : tensor<4x2xi64>, use_global_device_ids}> : (tensor<4x16xf32>) -> tensor<8x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// An odd group: 3 of 6 partitions, groups [[0,1,2],[3,4,5]]. Round 0 sends the own
+// shard both ways; round 1 is the last and uses BOTH streams: the down shard is
+// block p + 1, the up shard block p - 1 = p + 2 (mod 3); no loop iteration remains.
+// CHECK-LABEL: func.func @ag_odd
+// CHECK-SAME: (%[[AO_X:.*]]: tensor<2x16xf32>, %[[AO_W:.*]]: tensor<16x8xf32>)
+// CHECK-NOT: stablehlo.while
+// CHECK: %[[AO_POS:.*]] = stablehlo.reshape {{.*}} : (tensor<1xi32>) -> tensor<i32>
+// CHECK: %[[AO_DOWN:.*]] = "stablehlo.collective_permute"(%[[AO_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 2], [1, 0], [2, 1], [3, 5], [4, 3], [5, 4]]> : tensor<6x2xi64>}>
+// CHECK-NEXT: %[[AO_UP:.*]] = "stablehlo.collective_permute"(%[[AO_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 0], [3, 4], [4, 5], [5, 3]]> : tensor<6x2xi64>}>
+// CHECK-NEXT: %[[AO_ONE:.*]] = stablehlo.constant dense<1> : tensor<i32>
+// CHECK-NEXT: %[[AO_JD:.*]] = stablehlo.add %[[AO_POS]], %[[AO_ONE]]
+// CHECK: %[[AO_OFFD:.*]] = stablehlo.multiply
+// CHECK-NEXT: %[[AO_TWO:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// CHECK-NEXT: %[[AO_JU:.*]] = stablehlo.add %[[AO_POS]], %[[AO_TWO]]
+// CHECK: %[[AO_OFFU:.*]] = stablehlo.multiply
+// CHECK-NEXT: %[[AO_CAT:.*]] = stablehlo.concatenate %[[AO_DOWN]], %[[AO_UP]], dim = 0 : (tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<4x16xf32>
+// CHECK-NEXT: %[[AO_PART:.*]] = stablehlo.dot_general %[[AO_CAT]], %[[AO_W]]
+// CHECK-NEXT: %[[AO_HD:.*]] = stablehlo.slice %[[AO_PART]] [0:2, 0:8]
+// CHECK: %[[AO_U1:.*]] = stablehlo.dynamic_update_slice %{{.*}}, %[[AO_HD]], %[[AO_OFFD]],
+// CHECK-NEXT: %[[AO_HU:.*]] = stablehlo.slice %[[AO_PART]] [2:4, 0:8]
+// CHECK: %[[AO_OUT:.*]] = stablehlo.dynamic_update_slice %[[AO_U1]], %[[AO_HU]], %[[AO_OFFU]],
+// CHECK-NEXT: return %[[AO_OUT]]
+module attributes {mhlo.num_partitions = 6 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @ag_odd(%arg0: tensor<2x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<6x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2], [3, 4, 5]]> : tensor<2x3xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<6x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<6x16xf32>, tensor<16x8xf32>) -> tensor<6x8xf32>
+    return %1 : tensor<6x8xf32>
+  }
+}
+
+// -----
+
+// An odd group of 5: round 1 runs in the loop, round 2 (blocks p + 2 and p + 3,
+// both streams) after it, from the loop's two carried shards.
+// CHECK-LABEL: func.func @ag_odd_5
+// CHECK: stablehlo.constant dense<[0, 1, 2, 3, 4]> : tensor<5xi32>
+// CHECK: "stablehlo.collective_permute"(%arg0) {{.*}}source_target_pairs = dense<{{\[}}[0, 4], [1, 0], [2, 1], [3, 2], [4, 3]]>
+// CHECK-NEXT: "stablehlo.collective_permute"(%arg0) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 0]]>
+// CHECK: %[[A5_LOOP:.*]]:6 = stablehlo.while
+// CHECK: stablehlo.constant dense<2> : tensor<i32>
+// CHECK: stablehlo.concatenate
+// CHECK: stablehlo.return
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: stablehlo.concatenate %[[A5_LOOP]]#1, %[[A5_LOOP]]#2, dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: return
+module attributes {mhlo.num_partitions = 5 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @ag_odd_5(%arg0: tensor<1x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<5x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4]]> : tensor<1x5xi64>, use_global_device_ids}> : (tensor<1x16xf32>) -> tensor<5x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<5x16xf32>, tensor<16x8xf32>) -> tensor<5x8xf32>
+    return %1 : tensor<5x8xf32>
+  }
+}
+
+// -----
+
+// Reduce_scatter, free dim of the lhs, 2 groups of 4: a = 2 rounds before the own
+// block; the down accumulator starts in round 0 (block p + 2), the up one in round
+// 1 (block p + 1), while the down one takes block p + 3. Round 1's two lhs blocks
+// are concatenated and multiplied in one dot. No loop iteration remains. After
+// round 1 the down accumulator is shifted down once more and the up one up once,
+// and both are added to the own block p.
+// CHECK-LABEL: func.func @rs_free_lhs_4
+// CHECK-SAME: (%[[R4_A:.*]]: tensor<8x16xf32>, %[[R4_B:.*]]: tensor<16x8xf32>)
+// CHECK-NOT: stablehlo.while
+// CHECK: %[[R4_POS:.*]] = stablehlo.reshape {{.*}} : (tensor<1xi32>) -> tensor<i32>
+// CHECK-NEXT: %[[R4_C2:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// CHECK-NEXT: stablehlo.add %[[R4_POS]], %[[R4_C2]]
+// CHECK: %[[R4_S0:.*]] = stablehlo.dynamic_slice %[[R4_A]], %{{.*}}, %{{.*}}, sizes = [2, 16]
+// CHECK-NEXT: %[[R4_FIRST:.*]] = stablehlo.dot_general %[[R4_S0]], %[[R4_B]], {{.*}} -> tensor<2x8xf32>
+// CHECK-NEXT: %[[R4_C3:.*]] = stablehlo.constant dense<3> : tensor<i32>
+// CHECK-NEXT: stablehlo.add %[[R4_POS]], %[[R4_C3]]
+// CHECK: %[[R4_C1:.*]] = stablehlo.constant dense<1> : tensor<i32>
+// CHECK-NEXT: stablehlo.add %[[R4_POS]], %[[R4_C1]]
+// CHECK: %[[R4_CAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<4x16xf32>
+// CHECK-NEXT: %[[R4_BOTH:.*]] = stablehlo.dot_general %[[R4_CAT]], %[[R4_B]], contracting_dims = [1] x [0] : (tensor<4x16xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: %[[R4_PD:.*]] = stablehlo.slice %[[R4_BOTH]] [0:2, 0:8]
+// CHECK-NEXT: %[[R4_PU:.*]] = stablehlo.slice %[[R4_BOTH]] [2:4, 0:8]
+// CHECK-NEXT: %[[R4_M1:.*]] = "stablehlo.collective_permute"(%[[R4_FIRST]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[R4_DOWN:.*]] = stablehlo.add %[[R4_M1]], %[[R4_PD]]
+// CHECK: %[[R4_OWN:.*]] = stablehlo.dot_general %{{.*}}, %[[R4_B]]
+// CHECK-NEXT: %[[R4_AD:.*]] = "stablehlo.collective_permute"(%[[R4_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[R4_AU:.*]] = "stablehlo.collective_permute"(%[[R4_PU]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[R4_S1:.*]] = stablehlo.add %[[R4_AD]], %[[R4_OWN]]
+// CHECK-NEXT: %[[R4_OUT:.*]] = stablehlo.add %[[R4_AU]], %[[R4_S1]]
+// CHECK-NEXT: return %[[R4_OUT]] : tensor<2x8xf32>
+// CHECK-NOT: stablehlo.reduce_scatter
+// FLAG-LABEL: func.func @rs_free_lhs_4
+// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4]]>
+// ONEWAY-LABEL: func.func @rs_free_lhs_4
+// ONEWAY-NOT: {{\[}}[0, 1], [1, 2], [2, 3], [3, 0]
+// ONEWAY-NOT: stablehlo.concatenate
+// ONEWAY: return
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @rs_free_lhs_4(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<2x8xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<8x8xf32>) -> tensor<2x8xf32>
+    return %1 : tensor<2x8xf32>
+  }
+}
+
+// -----
+
+// Reduce_scatter, free dim of the rhs, one group of 8: rounds 0 and 1 inline (the
+// up stream starts in round 1), the loop runs rounds 2 and 3 carrying BOTH
+// accumulators: in each, the two permutes read the two carried accumulators while
+// one dot computes the two rhs blocks (concatenated along dim 1). After the loop,
+// the down accumulator goes down and the up one up, onto the own block.
+// CHECK-LABEL: func.func @rs_free_rhs_8
+// CHECK-SAME: (%[[R8_A:.*]]: tensor<8x16xf32>, %[[R8_B:.*]]: tensor<16x8xf32>)
+// CHECK: %[[R8_FIRST:.*]] = stablehlo.dot_general %[[R8_A]], %{{.*}} -> tensor<8x1xf32>
+// CHECK: %[[R8_CAT1:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 1 : (tensor<16x1xf32>, tensor<16x1xf32>) -> tensor<16x2xf32>
+// CHECK-NEXT: %[[R8_BOTH1:.*]] = stablehlo.dot_general %[[R8_A]], %[[R8_CAT1]]
+// CHECK-NEXT: %[[R8_PD1:.*]] = stablehlo.slice %[[R8_BOTH1]] [0:8, 0:1]
+// CHECK-NEXT: %[[R8_PU1:.*]] = stablehlo.slice %[[R8_BOTH1]] [0:8, 1:2]
+// CHECK-NEXT: %[[R8_M1:.*]] = "stablehlo.collective_permute"(%[[R8_FIRST]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[R8_D1:.*]] = stablehlo.add %[[R8_M1]], %[[R8_PD1]]
+// CHECK-NEXT: %[[R8_START:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// CHECK-NEXT: %[[R8_LOOP:.*]]:6 = stablehlo.while(%[[R8_K:[^ ]+]] = %[[R8_START]], %[[R8_DACC:[^ ]+]] = %[[R8_D1]], %[[R8_UACC:[^ ]+]] = %[[R8_PU1]], %[[R8_LHS:[^ ]+]] = %[[R8_A]], %[[R8_RHS:[^ ]+]] = %[[R8_B]], %{{.*}})
+// CHECK: cond {
+// CHECK-NEXT: stablehlo.constant dense<4> : tensor<i32>
+// CHECK: } do {
+// CHECK: %[[R8_SD:.*]] = stablehlo.dynamic_slice %[[R8_RHS]], %{{.*}}, %{{.*}}, sizes = [16, 1]
+// CHECK: %[[R8_SU:.*]] = stablehlo.dynamic_slice %[[R8_RHS]], %{{.*}}, %{{.*}}, sizes = [16, 1]
+// CHECK-NEXT: %[[R8_CAT:.*]] = stablehlo.concatenate %[[R8_SD]], %[[R8_SU]], dim = 1 : (tensor<16x1xf32>, tensor<16x1xf32>) -> tensor<16x2xf32>
+// CHECK-NEXT: %[[R8_BOTH:.*]] = stablehlo.dot_general %[[R8_LHS]], %[[R8_CAT]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x2xf32>) -> tensor<8x2xf32>
+// CHECK-NEXT: %[[R8_PD:.*]] = stablehlo.slice %[[R8_BOTH]] [0:8, 0:1]
+// CHECK-NEXT: %[[R8_PU:.*]] = stablehlo.slice %[[R8_BOTH]] [0:8, 1:2]
+// CHECK-NEXT: %[[R8_MD:.*]] = "stablehlo.collective_permute"(%[[R8_DACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[R8_ND:.*]] = stablehlo.add %[[R8_MD]], %[[R8_PD]]
+// CHECK-NEXT: %[[R8_MU:.*]] = "stablehlo.collective_permute"(%[[R8_UACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[R8_NU:.*]] = stablehlo.add %[[R8_MU]], %[[R8_PU]]
+// CHECK: stablehlo.return %{{.*}}, %[[R8_ND]], %[[R8_NU]], %[[R8_LHS]], %[[R8_RHS]],
+// CHECK: %[[R8_OWN:.*]] = stablehlo.dot_general %[[R8_A]], %{{.*}} -> tensor<8x1xf32>
+// CHECK-NEXT: %[[R8_AD:.*]] = "stablehlo.collective_permute"(%[[R8_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[R8_AU:.*]] = "stablehlo.collective_permute"(%[[R8_LOOP]]#2) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[R8_S1:.*]] = stablehlo.add %[[R8_AD]], %[[R8_OWN]]
+// CHECK-NEXT: %[[R8_OUT:.*]] = stablehlo.add %[[R8_AU]], %[[R8_S1]]
+// CHECK-NEXT: return %[[R8_OUT]] : tensor<8x1xf32>
+// CHECK-NOT: stablehlo.reduce_scatter
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @rs_free_rhs_8(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x1xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, scatter_dimension = 1 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<8x8xf32>) -> tensor<8x1xf32>
+    return %1 : tensor<8x1xf32>
+  }
+}
+
+// -----
+
+// Reduce_scatter, batch dim, strided groups of 4: both operands' two batch blocks
+// are concatenated (batch dim) for the one dot of round 1.
+// CHECK-LABEL: func.func @rs_batch_4
+// CHECK-SAME: (%[[RB4_A:.*]]: tensor<4x8x16xf32>, %[[RB4_B:.*]]: tensor<4x16x8xf32>)
+// CHECK-NOT: stablehlo.while
+// CHECK: stablehlo.constant dense<[0, 0, 1, 1, 2, 2, 3, 3]> : tensor<8xi32>
+// CHECK: %[[RB4_ACAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x8x16xf32>, tensor<1x8x16xf32>) -> tensor<2x8x16xf32>
+// CHECK: %[[RB4_BCAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x16x8xf32>, tensor<1x16x8xf32>) -> tensor<2x16x8xf32>
+// CHECK-NEXT: stablehlo.dot_general %[[RB4_ACAT]], %[[RB4_BCAT]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x16xf32>, tensor<2x16x8xf32>) -> tensor<2x8x8xf32>
+// CHECK: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
+// CHECK: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
+// CHECK-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 2], [2, 4], [4, 6], [6, 0], [1, 3], [3, 5], [5, 7], [7, 1]]>
+// CHECK: return %{{.*}} : tensor<1x8x8xf32>
+// CHECK-NOT: stablehlo.reduce_scatter
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @rs_batch_4(%arg0: tensor<4x8x16xf32>, %arg1: tensor<4x16x8xf32>) -> tensor<1x8x8xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<4x8x16xf32>, tensor<4x16x8xf32>) -> tensor<4x8x8xf32>
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 2, 4, 6], [1, 3, 5, 7]]> : tensor<2x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<4x8x8xf32>) -> tensor<1x8x8xf32>
+    return %1 : tensor<1x8x8xf32>
+  }
+}
+
+// -----
+
+// Reduce_scatter, batch dim, one group of 8: the loop carries both accumulators and
+// slices both operands twice per round.
+// CHECK-LABEL: func.func @rs_batch_8
+// CHECK: %[[RB8_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[RB8_DACC:[^ ]+]] = %{{[^ ]+}}, %[[RB8_UACC:[^ ]+]] = %{{[^ ]+}}, %[[RB8_LHS:[^ ]+]] = %arg0, %[[RB8_RHS:[^ ]+]] = %arg1,
+// CHECK: } do {
+// CHECK: stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x8x16xf32>, tensor<1x8x16xf32>) -> tensor<2x8x16xf32>
+// CHECK: stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x16x8xf32>, tensor<1x16x8xf32>) -> tensor<2x16x8xf32>
+// CHECK: "stablehlo.collective_permute"(%[[RB8_DACC]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
+// CHECK: "stablehlo.collective_permute"(%[[RB8_UACC]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]>
+// CHECK: stablehlo.return
+// CHECK: "stablehlo.collective_permute"(%[[RB8_LOOP]]#1)
+// CHECK: "stablehlo.collective_permute"(%[[RB8_LOOP]]#2)
+// CHECK: return %{{.*}} : tensor<1x8x8xf32>
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @rs_batch_8(%arg0: tensor<8x8x16xf32>, %arg1: tensor<8x16x8xf32>) -> tensor<1x8x8xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<8x8x16xf32>, tensor<8x16x8xf32>) -> tensor<8x8x8xf32>
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<8x8x8xf32>) -> tensor<1x8x8xf32>
+    return %1 : tensor<1x8x8xf32>
+  }
+}
+
+// -----
+
+// Reduce_scatter over groups of 2: one stream only (one permute, no concatenate).
+// CHECK-LABEL: func.func @rs_pairs
+// CHECK-NOT: stablehlo.concatenate
+// CHECK: "stablehlo.collective_permute"(%{{.*}}) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 0], [2, 3], [3, 2], [4, 5], [5, 4], [6, 7], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK-NOT: stablehlo.concatenate
+// CHECK: return
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @rs_pairs(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<4x8xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1], [2, 3], [4, 5], [6, 7]]> : tensor<4x2xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<8x8xf32>) -> tensor<4x8xf32>
+    return %1 : tensor<4x8xf32>
+  }
+}
+
+// -----
+
+// Reduce_scatter over an odd group (3 of 6): both accumulators start in round 0
+// (down: block p + 2, up: block p + 1, one dot over both blocks); each is shifted
+// once, in its own direction, onto the own block.
+// CHECK-LABEL: func.func @rs_odd
+// CHECK-NOT: stablehlo.while
+// CHECK: %[[RO_CAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<4x16xf32>
+// CHECK-NEXT: %[[RO_BOTH:.*]] = stablehlo.dot_general %[[RO_CAT]], %arg1
+// CHECK-NEXT: %[[RO_PD:.*]] = stablehlo.slice %[[RO_BOTH]] [0:2, 0:8]
+// CHECK-NEXT: %[[RO_PU:.*]] = stablehlo.slice %[[RO_BOTH]] [2:4, 0:8]
+// CHECK: %[[RO_OWN:.*]] = stablehlo.dot_general
+// CHECK-NEXT: %[[RO_AD:.*]] = "stablehlo.collective_permute"(%[[RO_PD]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 2], [1, 0], [2, 1], [3, 5], [4, 3], [5, 4]]> : tensor<6x2xi64>}>
+// CHECK-NEXT: %[[RO_AU:.*]] = "stablehlo.collective_permute"(%[[RO_PU]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 0], [3, 4], [4, 5], [5, 3]]> : tensor<6x2xi64>}>
+// CHECK-NEXT: %[[RO_S1:.*]] = stablehlo.add %[[RO_AD]], %[[RO_OWN]]
+// CHECK-NEXT: %[[RO_OUT:.*]] = stablehlo.add %[[RO_AU]], %[[RO_S1]]
+// CHECK-NEXT: return %[[RO_OUT]] : tensor<2x8xf32>
+module attributes {mhlo.num_partitions = 6 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @rs_odd(%arg0: tensor<6x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<2x8xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<6x16xf32>, tensor<16x8xf32>) -> tensor<6x8xf32>
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2], [3, 4, 5]]> : tensor<2x3xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<6x8xf32>) -> tensor<2x8xf32>
+    return %1 : tensor<2x8xf32>
+  }
+}
