@@ -53,7 +53,8 @@ class Ring:
         return self.kind == "partition"
 
     @classmethod
-    def from_collective(cls, op: ir.Operation) -> Ring:
+    def from_collective(cls, op: ir.Operation, scan) -> Ring:
+        """The ring of `op`'s groups; `scan` is the pass run's ModuleScan."""
         attrs = op.attributes
         num_partitions, num_replicas = _module_sizes(op)
         has_channel = "channel_handle" in attrs and (
@@ -79,7 +80,7 @@ class Ring:
         if not groups:
             groups = [list(range(num_ids))]
         _check_partition(groups, num_ids)
-        auto = auto_axes_at(op) if kind == "partition" else None
+        auto = auto_axes_at(op, scan) if kind == "partition" else None
         return cls(tuple(tuple(g) for g in groups), kind, num_ids, auto)
 
 

@@ -25,15 +25,17 @@ class AutoAxes:
     axes: tuple[str, ...]
 
 
-def auto_axes_at(op: ir.Operation) -> AutoAxes | None:
-    """The axes that are not manual where `op` sits; None if all are (or no mesh)."""
+def auto_axes_at(op: ir.Operation, scan) -> AutoAxes | None:
+    """The axes that are not manual where `op` sits; None if all are (or no mesh).
+
+    `scan` (a ModuleScan) lists the module's manual computations and GSPMD marks."""
     module = _module_of(op)
     regions = _enclosing_manual_computations(op)
     if not regions:
-        if any(_auto_axes(c) for c in _all_manual_computations(module)):
+        if any(_auto_axes(c) for c in scan.manual_computations):
             raise Unsupported("site outside the partially manual sdy.manual_computation "
                               "that may reach it: its manual axes are unknown")
-        if _has_partially_manual_gspmd(module):
+        if scan.partially_manual_gspmd:
             raise Unsupported("partially manual GSPMD region: partition_id is ambiguous")
         return None
     manual, mesh = set(), None
@@ -97,30 +99,3 @@ def _enclosing_manual_computations(op: ir.Operation) -> list[ir.Operation]:
             found.append(parent)
         parent = parent.parent
     return found
-
-
-def _all_manual_computations(module: ir.Operation) -> list[ir.Operation]:
-    found = []
-
-    def visit(op):
-        if op.name == "sdy.manual_computation":
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    return found
-
-
-def _has_partially_manual_gspmd(module: ir.Operation) -> bool:
-    found = []
-
-    def visit(op):
-        if "mhlo.sharding" in op.attributes:
-            value = ir.StringAttr(op.attributes["mhlo.sharding"]).value
-            if "manual" in value and value != "{manual}":
-                found.append(op)
-                return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    return bool(found)

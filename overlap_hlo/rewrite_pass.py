@@ -55,10 +55,12 @@ class SiteLog:
 
     sites: list[Site] = field(default_factory=list)
     input_name: str | None = None
+    _seen: set = field(default_factory=set, repr=False)
 
     def add(self, location: ir.Location, pattern: str, applied: bool, **facts) -> None:
         site = Site(describe(location, self.input_name), pattern, applied, **facts)
-        if site not in self.sites:
+        if site not in self._seen:
+            self._seen.add(site)
             self.sites.append(site)
 
 
@@ -73,23 +75,33 @@ def statistics(sites: list[Site]) -> dict[str, dict[str, int]]:
     return table
 
 
-class ChannelAllocator:
-    """Fresh channel handles above every handle already in the module."""
+class ModuleScan:
+    """What every site of one pass run needs to know of the whole module, gathered in
+    one walk: the highest channel handle (new ones go above it), the
+    sdy.manual_computation ops, and whether GSPMD marks any region partially manual."""
 
     def __init__(self, module_op: ir.Operation):
-        self.last = 0
+        self.last_channel = 0
+        self.manual_computations: list[ir.Operation] = []
+        self.partially_manual_gspmd = False
 
         def visit(op):
-            if "channel_handle" in op.attributes:
-                handle = stablehlo.ChannelHandle(op.attributes["channel_handle"]).handle
-                self.last = max(self.last, handle)
+            attrs = op.attributes
+            if "channel_handle" in attrs:
+                handle = stablehlo.ChannelHandle(attrs["channel_handle"]).handle
+                self.last_channel = max(self.last_channel, handle)
+            if op.name == "sdy.manual_computation":
+                self.manual_computations.append(op)
+            if "mhlo.sharding" in attrs:
+                value = ir.StringAttr(attrs["mhlo.sharding"]).value
+                self.partially_manual_gspmd |= "manual" in value and value != "{manual}"
             return ir.WalkResult.ADVANCE
 
         module_op.walk(visit)
 
-    def __call__(self) -> int:
-        self.last += 1
-        return self.last
+    def new_channel(self) -> int:
+        self.last_channel += 1
+        return self.last_channel
 
 
 def mib(tensor_type: ir.RankedTensorType) -> float:
@@ -150,18 +162,18 @@ class RewritePass:
             values[known[key].name] = _convert(known[key], text, cls.name)
         return cls(**values)
 
-    def rewrite_site(self, op, rewriter, channels: ChannelAllocator) -> str:
+    def rewrite_site(self, op, rewriter, scan: ModuleScan) -> tuple[str, Estimate]:
         raise NotImplementedError
 
     def run(self, module_op: ir.Operation, log: SiteLog) -> None:
         """Apply this pass's pattern to `module_op` with MLIR's greedy driver."""
-        channels = ChannelAllocator(module_op)
+        scan = ModuleScan(module_op)
 
         def pattern(op, rewriter):
             location = op.location  # read before the rewrite erases `op`
             try:
                 with location:
-                    outcome = self.rewrite_site(op, rewriter, channels)
+                    outcome = self.rewrite_site(op, rewriter, scan)
             except NoMatch:
                 return True
             except Unsupported as reason:

@@ -97,7 +97,7 @@ class OverlapAllGatherMatmul(RewritePass):
     root = stablehlo.AllGatherOp
     summary = "all_gather feeding dot_general -> loop of collective_permute + partial dots"
 
-    def rewrite_site(self, op, rewriter, channels) -> str:
+    def rewrite_site(self, op, rewriter, scan):
         gather = op.operation
         dim = ir.IntegerAttr(gather.attributes["all_gather_dim"]).value
         uses, values = users_through_views(gather.results[0], dim)
@@ -107,7 +107,7 @@ class OverlapAllGatherMatmul(RewritePass):
                 dots.append(use)
         if len(gather.operands) != 1 or not dots:
             raise NoMatch
-        ring = Ring.from_collective(gather)
+        ring = Ring.from_collective(gather, scan)
         shard = gather.operands[0]
         require_supported_types(shard.type, gather.results[0].type)
         block = shard.type.shape[dim]
@@ -128,7 +128,7 @@ class OverlapAllGatherMatmul(RewritePass):
         groups = share_loops(consumers)
         for group in groups:
             with ir.InsertionPoint(group[0].dot):
-                results = emit_loop(group, shard, dim, ring, self, channels)
+                results = emit_loop(group, shard, dim, ring, self, scan.new_channel)
             for consumer, result in zip(group, results):
                 rewriter.replace_op(consumer.dot, [result])
         erase_unused(rewriter, values)

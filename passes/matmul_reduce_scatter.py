@@ -38,7 +38,7 @@ class OverlapMatmulReduceScatter(RewritePass):
     root = stablehlo.ReduceScatterOp
     summary = "dot_general feeding reduce_scatter(add) -> loop of partial dots + permutes"
 
-    def rewrite_site(self, op, rewriter, channels) -> str:
+    def rewrite_site(self, op, rewriter, scan):
         scatter = op.operation
         scatter_dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value
         top, between, dim = producer(scatter.operands[0], scatter_dim)
@@ -49,7 +49,7 @@ class OverlapMatmulReduceScatter(RewritePass):
             raise Unsupported("reduction is not a plain add")
         if any(len(list(dot.results[0].uses)) != 1 for dot in dots):
             raise Unsupported("the dot result has users other than the reduce_scatter")
-        ring = Ring.from_collective(scatter)
+        ring = Ring.from_collective(scatter, scan)
         result_type = scatter.results[0].type
         require_supported_types(result_type, *(v.type for d in dots
                                                for v in (*d.operands, d.results[0])))
@@ -73,7 +73,7 @@ class OverlapMatmulReduceScatter(RewritePass):
             mib(result_type) * 2**20, rounds, exposed_round=0,
             loop_iterations=max(uniform, 0) // self.unroll), detail)
         with ir.InsertionPoint(scatter):
-            result = emit_loop(dots, dim, block, ring, between, self, channels)
+            result = emit_loop(dots, dim, block, ring, between, self, scan.new_channel)
         rewriter.replace_op(scatter, [result])
         for dead in [*(view.op for view in reversed(between)), *adds, *dots]:
             rewriter.erase_op(dead)
