@@ -1,0 +1,131 @@
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 bidirectional=true unroll=2},overlap-matmul-reduce-scatter{threshold-mib=0 bidirectional=true unroll=2})' --split-input-file | FileCheck %s
+// RUN: overlap-opt %s --threshold-mib=0 --bidirectional --unroll=2 --split-input-file | FileCheck %s --check-prefix=FLAG
+
+// bidirectional=true together with unroll=2: each loop iteration runs two
+// bidirectional rounds (two permutes, one down and one up, and one dot over the
+// concatenated pair, per round), the induction variable steps by 2, and the round
+// left over runs inline after the loop, still bidirectional. The FLAG prefix checks
+// the same through the command-line flags and the default pipeline.
+
+// All_gather over one group of 8: rounds 1..3 are the bidirectional middle rounds:
+// rounds 1 and 2 form one loop iteration (stop 3, step 2), round 3 runs inline after
+// the loop from the loop's two carried shards, and the last round (block p + 4)
+// multiplies the shard the down stream delivered in round 3.
+// CHECK-LABEL: func.func @gather
+// CHECK-SAME: (%[[G_X:.*]]: tensor<1x16xf32>, %[[G_W:.*]]: tensor<16x8xf32>)
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: %[[G_D0:.*]] = "stablehlo.collective_permute"(%[[G_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[G_U0:.*]] = "stablehlo.collective_permute"(%[[G_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[G_START:.*]] = stablehlo.constant dense<1> : tensor<i32>
+// CHECK-NEXT: %[[G_LOOP:.*]]:6 = stablehlo.while(%[[G_K:[^ ]+]] = %[[G_START]], %[[G_DOWN:[^ ]+]] = %[[G_D0]], %[[G_UP:[^ ]+]] = %[[G_U0]], %[[G_ACC:[^ ]+]] = %{{[^ ]+}}, %[[G_OTHER:[^ ]+]] = %[[G_W]], %{{.*}})
+// CHECK: cond {
+// CHECK-NEXT: stablehlo.constant dense<3> : tensor<i32>
+// CHECK: } do {
+// CHECK-NEXT: %[[G_D1:.*]] = "stablehlo.collective_permute"(%[[G_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[G_U1:.*]] = "stablehlo.collective_permute"(%[[G_UP]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK: %[[G_CAT1:.*]] = stablehlo.concatenate %[[G_DOWN]], %[[G_UP]], dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
+// CHECK-NEXT: stablehlo.dot_general %[[G_CAT1]], %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK: %[[G_ONE:.*]] = stablehlo.constant dense<1> : tensor<i32>
+// CHECK-NEXT: %[[G_K1:.*]] = stablehlo.add %[[G_K]], %[[G_ONE]] : tensor<i32>
+// CHECK-NEXT: %[[G_D2:.*]] = "stablehlo.collective_permute"(%[[G_D1]]) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[G_U2:.*]] = "stablehlo.collective_permute"(%[[G_U1]]) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK: stablehlo.subtract %{{.*}}, %[[G_K1]] : tensor<i32>
+// CHECK: %[[G_CAT2:.*]] = stablehlo.concatenate %[[G_D1]], %[[G_U1]], dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
+// CHECK-NEXT: stablehlo.dot_general %[[G_CAT2]], %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: %[[G_STEP:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// CHECK-NEXT: %[[G_NEXT:.*]] = stablehlo.add %[[G_K]], %[[G_STEP]] : tensor<i32>
+// CHECK-NEXT: stablehlo.return %[[G_NEXT]], %[[G_D2]], %[[G_U2]],
+// CHECK-NEXT: }
+// CHECK-NEXT: %[[G_D3:.*]] = "stablehlo.collective_permute"(%[[G_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[G_LOOP]]#2) <{channel_handle = #stablehlo.channel_handle<handle = 9, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK: %[[G_CAT3:.*]] = stablehlo.concatenate %[[G_LOOP]]#1, %[[G_LOOP]]#2, dim = 0
+// CHECK-NEXT: stablehlo.dot_general %[[G_CAT3]], %[[G_W]]
+// CHECK-NOT: stablehlo.concatenate
+// CHECK: %[[G_FOUR:.*]] = stablehlo.constant dense<4> : tensor<i32>
+// CHECK: stablehlo.dot_general %[[G_D3]], %[[G_W]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: return
+// FLAG-LABEL: func.func @gather
+// FLAG: stablehlo.while
+// FLAG: } do {
+// FLAG-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0]
+// FLAG-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2]
+// FLAG: stablehlo.concatenate
+// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0]
+// FLAG-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2]
+// FLAG: stablehlo.concatenate
+// FLAG: stablehlo.return
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @gather(%arg0: tensor<1x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids}> : (tensor<1x16xf32>) -> tensor<8x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// Reduce_scatter over one group of 8: rounds 0 and 1 inline (the up accumulator
+// starts in round 1), rounds 2 and 3 form one loop iteration (stop 4, step 2): each
+// round multiplies its two lhs blocks in one dot and shifts the down accumulator
+// down and the up one up; round 3 shifts what round 2 produced. Then the own block
+// and one last shift of each accumulator.
+// CHECK-LABEL: func.func @scatter
+// CHECK-SAME: (%[[S_A:.*]]: tensor<8x16xf32>, %[[S_B:.*]]: tensor<16x8xf32>)
+// CHECK: %[[S_START:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// CHECK-NEXT: %[[S_LOOP:.*]]:6 = stablehlo.while(%[[S_K:[^ ]+]] = %[[S_START]], %[[S_DACC:[^ ]+]] = %{{[^ ]+}}, %[[S_UACC:[^ ]+]] = %{{[^ ]+}}, %[[S_LHS:[^ ]+]] = %[[S_A]], %[[S_RHS:[^ ]+]] = %[[S_B]], %{{.*}})
+// CHECK: cond {
+// CHECK-NEXT: stablehlo.constant dense<4> : tensor<i32>
+// CHECK: } do {
+// CHECK: %[[S_CAT1:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
+// CHECK-NEXT: %[[S_P1:.*]] = stablehlo.dot_general %[[S_CAT1]], %[[S_RHS]]
+// CHECK-NEXT: %[[S_PD1:.*]] = stablehlo.slice %[[S_P1]] [0:1, 0:8]
+// CHECK-NEXT: %[[S_PU1:.*]] = stablehlo.slice %[[S_P1]] [1:2, 0:8]
+// CHECK-NEXT: %[[S_MD1:.*]] = "stablehlo.collective_permute"(%[[S_DACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[S_D1:.*]] = stablehlo.add %[[S_MD1]], %[[S_PD1]]
+// CHECK-NEXT: %[[S_MU1:.*]] = "stablehlo.collective_permute"(%[[S_UACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[S_U1:.*]] = stablehlo.add %[[S_MU1]], %[[S_PU1]]
+// CHECK-NEXT: %[[S_ONE:.*]] = stablehlo.constant dense<1> : tensor<i32>
+// CHECK-NEXT: %[[S_K1:.*]] = stablehlo.add %[[S_K]], %[[S_ONE]]
+// CHECK: %[[S_CAT2:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
+// CHECK-NEXT: %[[S_P2:.*]] = stablehlo.dot_general %[[S_CAT2]], %[[S_RHS]]
+// CHECK-NEXT: %[[S_PD2:.*]] = stablehlo.slice %[[S_P2]] [0:1, 0:8]
+// CHECK-NEXT: %[[S_PU2:.*]] = stablehlo.slice %[[S_P2]] [1:2, 0:8]
+// CHECK-NEXT: %[[S_MD2:.*]] = "stablehlo.collective_permute"(%[[S_D1]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[S_D2:.*]] = stablehlo.add %[[S_MD2]], %[[S_PD2]]
+// CHECK-NEXT: %[[S_MU2:.*]] = "stablehlo.collective_permute"(%[[S_U1]]) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[S_U2:.*]] = stablehlo.add %[[S_MU2]], %[[S_PU2]]
+// CHECK-NEXT: %[[S_STEP:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// CHECK-NEXT: %[[S_NEXT:.*]] = stablehlo.add %[[S_K]], %[[S_STEP]]
+// CHECK-NEXT: stablehlo.return %[[S_NEXT]], %[[S_D2]], %[[S_U2]], %[[S_LHS]], %[[S_RHS]],
+// CHECK-NEXT: }
+// CHECK-NOT: stablehlo.concatenate
+// CHECK: %[[S_OWN:.*]] = stablehlo.dot_general
+// CHECK-NEXT: %[[S_AD:.*]] = "stablehlo.collective_permute"(%[[S_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>
+// CHECK-NEXT: %[[S_AU:.*]] = "stablehlo.collective_permute"(%[[S_LOOP]]#2) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>
+// CHECK-NEXT: %[[S_SUM:.*]] = stablehlo.add %[[S_AD]], %[[S_OWN]]
+// CHECK-NEXT: %[[S_OUT:.*]] = stablehlo.add %[[S_AU]], %[[S_SUM]]
+// CHECK-NEXT: return %[[S_OUT]] : tensor<1x8xf32>
+// CHECK-NOT: stablehlo.reduce_scatter
+// FLAG-LABEL: func.func @scatter
+// FLAG: stablehlo.while
+// FLAG: } do {
+// FLAG: stablehlo.concatenate
+// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0]
+// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2]
+// FLAG: stablehlo.concatenate
+// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0]
+// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2]
+// FLAG: stablehlo.return
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @scatter(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<1x8xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<8x8xf32>) -> tensor<1x8xf32>
+    return %1 : tensor<1x8xf32>
+  }
+}
