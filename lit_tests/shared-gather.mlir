@@ -1,0 +1,162 @@
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0})' --split-input-file | FileCheck %s
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0})' --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
+
+// Several dots reading one all_gather share ONE ring when every dot's other operand
+// already exists at the first dot: the shard travels once (one permute per round)
+// and feeds every dot; each dot keeps its own accumulator. A dot whose other operand
+// is computed after the first dot (a backward-pass use) gets a ring of its own.
+
+// A gated MLP body: the gathered activations feed the gate and the up projections.
+// One while loop carrying one shard and two accumulators; round 0 multiplies the own
+// shard by both weights before the one first permute; each loop round has one
+// permute and two dots, both reading the carried shard; the last round feeds both
+// dots from the loop's shard.
+// CHECK-LABEL: func.func @gated_mlp
+// CHECK-SAME: (%[[GM_X:.*]]: tensor<2x16xf32>, %[[GM_WG:.*]]: tensor<16x32xf32>, %[[GM_WU:.*]]: tensor<16x32xf32>)
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: %[[GM_G0:.*]] = stablehlo.dot_general %[[GM_X]], %[[GM_WG]]
+// CHECK: %[[GM_U0:.*]] = stablehlo.dot_general %[[GM_X]], %[[GM_WU]]
+// CHECK: %[[GM_SENT:.*]] = "stablehlo.collective_permute"(%[[GM_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]> : tensor<4x2xi64>}>
+// CHECK-NEXT: %[[GM_START:.*]] = stablehlo.constant dense<1> : tensor<i32>
+// CHECK-NEXT: %[[GM_LOOP:.*]]:7 = stablehlo.while(%[[GM_K:[^ ]+]] = %[[GM_START]], %[[GM_CUR:[^ ]+]] = %[[GM_SENT]], %[[GM_ACCG:[^ ]+]] = %{{[^ ]+}}, %[[GM_ACCU:[^ ]+]] = %{{[^ ]+}}, %[[GM_OG:[^ ]+]] = %[[GM_WG]], %[[GM_OU:[^ ]+]] = %[[GM_WU]], %{{.*}}) : tensor<i32>, tensor<2x16xf32>, tensor<8x32xf32>, tensor<8x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<i32>
+// CHECK: } do {
+// CHECK-NEXT: %[[GM_MOVED:.*]] = "stablehlo.collective_permute"(%[[GM_CUR]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: %[[GM_DG:.*]] = stablehlo.dot_general %[[GM_CUR]], %[[GM_OG]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x32xf32>) -> tensor<2x32xf32>
+// CHECK-NEXT: stablehlo.constant
+// CHECK-NEXT: %[[GM_AG:.*]] = stablehlo.dynamic_update_slice %[[GM_ACCG]], %[[GM_DG]],
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: %[[GM_DU:.*]] = stablehlo.dot_general %[[GM_CUR]], %[[GM_OU]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x32xf32>) -> tensor<2x32xf32>
+// CHECK-NEXT: stablehlo.constant
+// CHECK-NEXT: %[[GM_AU:.*]] = stablehlo.dynamic_update_slice %[[GM_ACCU]], %[[GM_DU]],
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: stablehlo.return %{{.*}}, %[[GM_MOVED]], %[[GM_AG]], %[[GM_AU]], %[[GM_OG]], %[[GM_OU]],
+// CHECK-NEXT: }
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK-NOT: stablehlo.while
+// CHECK: %[[GM_LG:.*]] = stablehlo.dot_general %[[GM_LOOP]]#1, %[[GM_WG]]
+// CHECK: %[[GM_GATE:.*]] = stablehlo.dynamic_update_slice %[[GM_LOOP]]#2, %[[GM_LG]]
+// CHECK: %[[GM_LU:.*]] = stablehlo.dot_general %[[GM_LOOP]]#1, %[[GM_WU]]
+// CHECK: %[[GM_UP:.*]] = stablehlo.dynamic_update_slice %[[GM_LOOP]]#3, %[[GM_LU]]
+// CHECK-NEXT: %[[GM_SIG:.*]] = stablehlo.logistic %[[GM_GATE]]
+// CHECK-NEXT: %[[GM_ACT:.*]] = stablehlo.multiply %[[GM_GATE]], %[[GM_SIG]]
+// CHECK-NEXT: %[[GM_H:.*]] = stablehlo.multiply %[[GM_ACT]], %[[GM_UP]]
+// CHECK-NEXT: return %[[GM_H]]
+// CHECK-NOT: stablehlo.all_gather
+module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @gated_mlp(%x: tensor<2x16xf32>, %wg: tensor<16x32xf32>, %wu: tensor<16x32xf32>) -> tensor<8x32xf32> {
+    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 2 dot(s) (free dim, free dim), tensor<8x16xf32> gathered over groups of 4; predicted
+    %g = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %gate = stablehlo.dot_general %g, %wg, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+    %up = stablehlo.dot_general %g, %wu, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+    %s = stablehlo.logistic %gate : tensor<8x32xf32>
+    %a = stablehlo.multiply %gate, %s : tensor<8x32xf32>
+    %h = stablehlo.multiply %a, %up : tensor<8x32xf32>
+    return %h : tensor<8x32xf32>
+  }
+}
+
+// -----
+
+// Backward-style use: y = g @ w, then dw = g^T @ dy with dy = tanh(y) computed from
+// the first dot's result. dy does not exist at the first dot, so the second dot
+// cannot join its ring: two rings, the second built after tanh, each with its own
+// permutes (fresh channels 2, 3 and 4, 5) and its own loop over the same shard.
+// CHECK-LABEL: func.func @backward
+// CHECK-SAME: (%[[BW_X:.*]]: tensor<2x16xf32>, %[[BW_W:.*]]: tensor<16x8xf32>)
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: "stablehlo.collective_permute"(%[[BW_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>
+// CHECK: %[[BW_L1:.*]]:5 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %{{[^ ]+}} = %{{[^ ]+}}, %{{[^ ]+}} = %{{[^ ]+}}, %{{[^ ]+}} = %[[BW_W]],
+// CHECK: "stablehlo.collective_permute"(%iterArg{{[_0-9]*}}) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
+// CHECK: %[[BW_Y:.*]] = stablehlo.dynamic_update_slice %[[BW_L1]]#2,
+// CHECK-NEXT: %[[BW_DY:.*]] = stablehlo.tanh %[[BW_Y]]
+// CHECK-NOT: stablehlo.dot_general
+// CHECK: %[[BW_S0:.*]] = stablehlo.dynamic_slice %[[BW_DY]], %{{.*}}, %{{.*}}, sizes = [2, 8]
+// CHECK-NEXT: stablehlo.dot_general %[[BW_X]], %[[BW_S0]], contracting_dims = [0] x [0] : (tensor<2x16xf32>, tensor<2x8xf32>) -> tensor<16x8xf32>
+// CHECK: %[[BW_SENT2:.*]] = "stablehlo.collective_permute"(%[[BW_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>
+// CHECK: %[[BW_L2:.*]]:5 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[BW_CUR2:[^ ]+]] = %[[BW_SENT2]], %{{[^ ]+}} = %{{[^ ]+}}, %[[BW_O2:[^ ]+]] = %[[BW_DY]],
+// CHECK: } do {
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[BW_CUR2]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>
+// CHECK: stablehlo.dynamic_slice %[[BW_O2]]
+// CHECK-NEXT: stablehlo.dot_general %[[BW_CUR2]], %{{.*}}, contracting_dims = [0] x [0]
+// CHECK: stablehlo.dot_general %[[BW_L2]]#1,
+// CHECK: %[[BW_DW:.*]] = stablehlo.add %[[BW_L2]]#2,
+// CHECK-NEXT: return %[[BW_Y]], %[[BW_DW]]
+// CHECK-NOT: stablehlo.all_gather
+module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @backward(%x: tensor<2x16xf32>, %w: tensor<16x8xf32>) -> (tensor<8x8xf32>, tensor<16x8xf32>) {
+    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 2 dot(s) ({{.*}}), tensor<8x16xf32> gathered over groups of 4, 2 loops; predicted
+    %g = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %y = stablehlo.dot_general %g, %w, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %dy = stablehlo.tanh %y : tensor<8x8xf32>
+    %dw = stablehlo.dot_general %g, %dy, contracting_dims = [0] x [0] : (tensor<8x16xf32>, tensor<8x8xf32>) -> tensor<16x8xf32>
+    return %y, %dw : tensor<8x8xf32>, tensor<16x8xf32>
+  }
+}
+
+// -----
+
+// Q/K/V projections of one gathered input: one ring, three accumulators, one
+// permute per round feeding the three dots.
+// CHECK-LABEL: func.func @qkv
+// CHECK-SAME: (%[[QKV_X:.*]]: tensor<2x16xf32>, %[[QKV_WQ:.*]]: tensor<16x8xf32>, %[[QKV_WK:.*]]: tensor<16x4xf32>, %[[QKV_WV:.*]]: tensor<16x4xf32>)
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: %[[QKV_SENT:.*]] = "stablehlo.collective_permute"(%[[QKV_X]])
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: %[[QKV_LOOP:.*]]:9 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[QKV_CUR:[^ ]+]] = %[[QKV_SENT]], %[[QKV_AQ:[^ ]+]] = %{{[^ ]+}}, %[[QKV_AK:[^ ]+]] = %{{[^ ]+}}, %[[QKV_AV:[^ ]+]] = %{{[^ ]+}}, %[[QKV_OQ:[^ ]+]] = %[[QKV_WQ]], %[[QKV_OK:[^ ]+]] = %[[QKV_WK]], %[[QKV_OV:[^ ]+]] = %[[QKV_WV]],
+// CHECK: } do {
+// CHECK-NEXT: %[[QKV_MOVED:.*]] = "stablehlo.collective_permute"(%[[QKV_CUR]])
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: stablehlo.dot_general %[[QKV_CUR]], %[[QKV_OQ]]
+// CHECK: stablehlo.dot_general %[[QKV_CUR]], %[[QKV_OK]]
+// CHECK: stablehlo.dot_general %[[QKV_CUR]], %[[QKV_OV]]
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: stablehlo.return %{{.*}}, %[[QKV_MOVED]],
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK-NOT: stablehlo.while
+// CHECK: stablehlo.dot_general %[[QKV_LOOP]]#1, %[[QKV_WQ]]
+// CHECK: stablehlo.dot_general %[[QKV_LOOP]]#1, %[[QKV_WK]]
+// CHECK: stablehlo.dot_general %[[QKV_LOOP]]#1, %[[QKV_WV]]
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: return
+module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @qkv(%x: tensor<2x16xf32>, %wq: tensor<16x8xf32>, %wk: tensor<16x4xf32>, %wv: tensor<16x4xf32>) -> (tensor<8x8xf32>, tensor<8x4xf32>, tensor<8x4xf32>) {
+    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 3 dot(s) (free dim, free dim, free dim), tensor<8x16xf32> gathered over groups of 4; predicted
+    %g = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %q = stablehlo.dot_general %g, %wq, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %k = stablehlo.dot_general %g, %wk, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+    %v = stablehlo.dot_general %g, %wv, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+    return %q, %k, %v : tensor<8x8xf32>, tensor<8x4xf32>, tensor<8x4xf32>
+  }
+}
+
+// -----
+
+// Dots of different kinds share a ring too: y = g @ w (gathered dim free) and
+// z = g^T @ e (gathered dim contracting, e an argument): one permute per round, one
+// dot writing a block of y, one dot summing into z (e sliced to the round's block).
+// CHECK-LABEL: func.func @mixed_kinds
+// CHECK-SAME: (%[[MK_X:.*]]: tensor<2x16xf32>, %[[MK_W:.*]]: tensor<16x8xf32>, %[[MK_E:.*]]: tensor<8x4xf32>)
+// CHECK: %[[MK_SENT:.*]] = "stablehlo.collective_permute"(%[[MK_X]])
+// CHECK: %[[MK_LOOP:.*]]:7 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[MK_CUR:[^ ]+]] = %[[MK_SENT]], %[[MK_AY:[^ ]+]] = %{{[^ ]+}}, %[[MK_AZ:[^ ]+]] = %{{[^ ]+}}, %[[MK_OW:[^ ]+]] = %[[MK_W]], %[[MK_OE:[^ ]+]] = %[[MK_E]],
+// CHECK: } do {
+// CHECK-NEXT: %[[MK_MOVED:.*]] = "stablehlo.collective_permute"(%[[MK_CUR]])
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: %[[MK_DY:.*]] = stablehlo.dot_general %[[MK_CUR]], %[[MK_OW]], contracting_dims = [1] x [0]
+// CHECK-NEXT: stablehlo.constant
+// CHECK-NEXT: %[[MK_UY:.*]] = stablehlo.dynamic_update_slice %[[MK_AY]], %[[MK_DY]],
+// CHECK: %[[MK_SE:.*]] = stablehlo.dynamic_slice %[[MK_OE]], %{{.*}}, %{{.*}}, sizes = [2, 4]
+// CHECK-NEXT: %[[MK_DZ:.*]] = stablehlo.dot_general %[[MK_CUR]], %[[MK_SE]], contracting_dims = [0] x [0] : (tensor<2x16xf32>, tensor<2x4xf32>) -> tensor<16x4xf32>
+// CHECK-NEXT: %[[MK_UZ:.*]] = stablehlo.add %[[MK_AZ]], %[[MK_DZ]]
+// CHECK: stablehlo.return %{{.*}}, %[[MK_MOVED]], %[[MK_UY]], %[[MK_UZ]],
+// CHECK-NOT: stablehlo.while
+// CHECK: return
+module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @mixed_kinds(%x: tensor<2x16xf32>, %w: tensor<16x8xf32>, %e: tensor<8x4xf32>) -> (tensor<8x8xf32>, tensor<16x4xf32>) {
+    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 2 dot(s) ({{.*}}), tensor<8x16xf32> gathered over groups of 4; predicted
+    %g = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %y = stablehlo.dot_general %g, %w, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %z = stablehlo.dot_general %g, %e, contracting_dims = [0] x [0] : (tensor<8x16xf32>, tensor<8x4xf32>) -> tensor<16x4xf32>
+    return %y, %z : tensor<8x8xf32>, tensor<16x4xf32>
+  }
+}
