@@ -5,6 +5,7 @@ All builders create ops at the current insertion point and location
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -21,9 +22,31 @@ def i32_type() -> ir.Type:
     return ir.IntegerType.get_signless(32)
 
 
+_scalars: dict | None = None   # (block, value) -> constant, while a site is rewritten
+
+
+@contextlib.contextmanager
+def shared_scalars():
+    """Reuse `tensor<i32>` constants within each block while one site is rewritten.
+
+    Valid because a site's ops are inserted in program order: a constant created
+    earlier in a block precedes every later insertion in it."""
+    global _scalars
+    outer, _scalars = _scalars, {}
+    try:
+        yield
+    finally:
+        _scalars = outer
+
+
 def scalar_i32(value: int) -> ir.Value:
     """A `tensor<i32>` constant."""
-    return constant_array(np.array(value, dtype=I32))
+    if _scalars is None:
+        return constant_array(np.array(value, dtype=I32))
+    key = (ir.InsertionPoint.current.block, value)
+    if key not in _scalars:
+        _scalars[key] = constant_array(np.array(value, dtype=I32))
+    return _scalars[key]
 
 
 def constant_array(array: np.ndarray) -> ir.Value:

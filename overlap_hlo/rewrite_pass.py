@@ -15,7 +15,7 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from . import compat, cost
+from . import builders, compat, cost
 from .cost import Estimate, SiteShape
 from .collectives import Unsupported
 from .locations import describe
@@ -172,7 +172,7 @@ class RewritePass:
         def pattern(op, rewriter):
             location = op.location  # read before the rewrite erases `op`
             try:
-                with location:
+                with location, builders.shared_scalars():
                     outcome = self.rewrite_site(op, rewriter, scan)
             except NoMatch:
                 return True

@@ -1,0 +1,131 @@
+"""How fast `overlap-opt` rewrites, and how that scales with the number of sites.
+
+Generates exports of 1, 8, 32 and 128 sequence-parallel MLP layers (two sites a
+layer: one all_gather -> dot, one dot -> reduce_scatter), then for each measures
+(median of repeats, in one process):
+  - `overlap-opt IN -o OUT --threshold-mib=0`, run in-process (file in, file out);
+  - a plain parse and print of the same module with the same bindings;
+  - XLA's CPU compile of the same (original) module.
+
+Targets: the time 128 layers add to the rewrite is at most 10% of the time they add to
+XLA's compile, and the per-site time at 128 layers is within 1.5x of that at 8.
+
+    python benchmarks/rewrite_speed.py [--layers 1 8 32 128] [--repeats 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=8").strip()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import overlap_hlo  # noqa: E402
+from overlap_hlo.tools.overlap_opt import main as overlap_opt  # noqa: E402
+
+
+def lowered_layers(layers: int, seq: int = 256, model: int = 128, hidden: int = 256):
+    """A jitted shard_map of `layers` unrolled MLP layers, lowered."""
+    mesh = jax.make_mesh((8,), ("x",))
+
+    def mlp(x, w1, w2):
+        for i in range(layers):
+            h = jax.lax.all_gather(x, "x", axis=0, tiled=True) @ w1[i]
+            x = x + jax.lax.psum_scatter(jnp.tanh(h) @ w2[i], "x", scatter_dimension=0,
+                                         tiled=True)
+        return x
+
+    specs = (P("x"), P(None, None, "x"), P(None, "x"))
+    fn = jax.jit(jax.shard_map(mlp, mesh=mesh, in_specs=specs, out_specs=P("x")))
+    shapes = [(seq, model), (layers, model, hidden), (layers, hidden, model)]
+    args = [jax.ShapeDtypeStruct(s, jnp.float32, sharding=NamedSharding(mesh, spec))
+            for s, spec in zip(shapes, specs)]
+    return fn.lower(*args)
+
+
+def median_seconds(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(layers: int, repeats: int, folder: str) -> dict:
+    lowered = lowered_layers(layers)
+    text = lowered.as_text()
+    source = os.path.join(folder, f"mlp{layers}.mlir")
+    target = os.path.join(folder, f"mlp{layers}.overlapped.mlir")
+    with open(source, "w") as f:
+        f.write(text)
+    argv = [source, "-o", target, "--threshold-mib=0"]
+    assert overlap_opt(argv) == 0
+    counts = overlap_hlo.statistics(overlap_hlo.remarks(text, threshold_mib=0))
+    sites = sum(row["rewritten"] for row in counts.values())
+    return {
+        "layers": layers,
+        "sites": sites,
+        "rewrite_s": median_seconds(lambda: overlap_opt(argv), repeats),
+        "parse_print_s": median_seconds(
+            lambda: overlap_hlo.serialize(overlap_hlo.parse(text)), repeats),
+        # compiler_options={} bypasses the Lowered's cache of its executable
+        "compile_s": median_seconds(lambda: lowered.compile({}), max(1, repeats - 1)),
+    }
+
+
+def report(rows: list[dict]) -> str:
+    lines = ["| layers | sites | overlap-opt (s) | per site (ms) | parse+print (s) | "
+             "rewrite / parse+print | XLA compile (s) | rewrite / compile |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['layers']} | {r['sites']} | {r['rewrite_s']:.3f} | "
+                     f"{r['rewrite_s'] / r['sites'] * 1e3:.2f} | {r['parse_print_s']:.3f} | "
+                     f"{r['rewrite_s'] / r['parse_print_s']:.1f}x | {r['compile_s']:.2f} | "
+                     f"{r['rewrite_s'] / r['compile_s']:.1%} |")
+    first, last = rows[0], rows[-1]
+    by_layers = {r["layers"]: r for r in rows}
+    added_rewrite = last["rewrite_s"] - first["rewrite_s"]
+    added_compile = last["compile_s"] - first["compile_s"]
+    share = added_rewrite / added_compile
+    lines.append("")
+    lines.append(f"time {last['layers']} layers add to the rewrite vs to XLA's compile: "
+                 f"{added_rewrite:.3f} s vs {added_compile:.2f} s = {share:.1%} "
+                 f"(target <= 10%: {'met' if share <= 0.10 else 'NOT met'})")
+    if 8 in by_layers:
+        per8 = by_layers[8]["rewrite_s"] / by_layers[8]["sites"]
+        per_last = last["rewrite_s"] / last["sites"]
+        ratio = per_last / per8
+        lines.append(f"per-site time at {last['layers']} layers vs at 8: {per_last * 1e3:.2f} ms "
+                     f"vs {per8 * 1e3:.2f} ms = {ratio:.2f}x "
+                     f"(target <= 1.5x: {'met' if ratio <= 1.5 else 'NOT met'})")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, nargs="+", default=[1, 8, 32, 128])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    print(f"# rewrite speed, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
+          f"{platform.machine()} {os.cpu_count()} cores, jax {jax.__version__}")
+    print(f"# command: python benchmarks/rewrite_speed.py {' '.join(argv or sys.argv[1:])}")
+    with tempfile.TemporaryDirectory() as folder:
+        rows = [measure(layers, args.repeats, folder) for layers in args.layers]
+    print(report(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
