@@ -3,7 +3,7 @@
 For one site on a ring of N devices, with T_c the time of one block's partial dot
 (all the site's dots together) and T_m the time of one shift of one block:
 
-    collective then dot:  (N - 1) * T_m + N * T_c
+    collective then dot:  (N - 1) * T_m2 + N * T_c
     decomposed:           sum over rounds r of max(C_r, T_m if a shift is in flight)
                           + rounds * step overhead + loop iterations * loop overhead
 
@@ -11,7 +11,8 @@ where C_r = (blocks computed in round r) * T_c: one block per round with one str
 two with a bidirectional ring (whose two shifts use both directions of the links, so
 a round still costs one T_m). T_c = FLOPs / (peak FLOP/s for the element type x
 matmul efficiency); T_m = latency + bytes / (one-direction link bandwidth x link
-efficiency). A site is decomposed when the decomposed time beats the original by
+efficiency); T_m2 is the same with both directions of the links (the library
+collective is given its best case: a bidirectional ring). A site is decomposed when the decomposed time beats the original by
 `margin`. Every figure is a prediction from datasheet numbers, not a measurement.
 """
 from __future__ import annotations
@@ -41,8 +42,10 @@ class Hardware:
         peak = self.tflops.get(element_type) or self.tflops.get("default") or min(self.tflops.values())
         return flops / (peak * 1e12 * self.matmul_efficiency) * 1e6
 
-    def shift_us(self, nbytes: float) -> float:
-        return self.latency_us + nbytes / (self.link_gbps * 1e9 * self.link_efficiency) * 1e6
+    def shift_us(self, nbytes: float, directions: int = 1) -> float:
+        """One step of a ring moving `nbytes` per device, over 1 or 2 link directions."""
+        bandwidth = self.link_gbps * 1e9 * self.link_efficiency * directions
+        return self.latency_us + nbytes / bandwidth * 1e6
 
     @classmethod
     def from_file(cls, path: str) -> Hardware:
@@ -141,7 +144,7 @@ def estimate(site: SiteShape, hw: Hardware) -> Estimate:
     n = site.group_size
     t_c = hw.matmul_us(site.flops / n, site.element_type)
     t_m = hw.shift_us(site.block_bytes)
-    before = (n - 1) * t_m + n * t_c
+    before = (n - 1) * hw.shift_us(site.block_bytes, directions=2) + n * t_c
     rounds = site.blocks_per_round
     after = sum(max(blocks * t_c, t_m) for blocks in rounds)
     exposed = rounds[site.exposed_round] * t_c
