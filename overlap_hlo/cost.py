@@ -109,11 +109,19 @@ def hardware(name_or_path: str) -> Hardware:
 
 @dataclass(frozen=True)
 class Estimate:
-    """Predicted microseconds for one site, before and after the rewrite."""
+    """Predicted microseconds for one site, before and after the rewrite, and the
+    terms they were made of (for timelines)."""
 
     before_us: float
     after_us: float
     hardware: str
+    group_size: int = 0
+    block_compute_us: float = 0.0       # T_c: one block's partial dots
+    shift_us: float = 0.0               # T_m: one block over one link direction
+    collective_step_us: float = 0.0     # T_m2: the collective's step, both directions
+    blocks_per_round: tuple[int, ...] = ()
+    exposed_round: int = -1
+    step_overhead_us: float = 0.0
 
     @property
     def speedup(self) -> float:
@@ -150,7 +158,9 @@ def estimate(site: SiteShape, hw: Hardware) -> Estimate:
     exposed = rounds[site.exposed_round] * t_c
     after += exposed - max(exposed, t_m)
     after += len(rounds) * hw.step_overhead_us + site.loop_iterations * hw.loop_overhead_us
-    return Estimate(before, after, hw.name)
+    return Estimate(before, after, hw.name, n, t_c, t_m,
+                    hw.shift_us(site.block_bytes, directions=2), tuple(rounds),
+                    site.exposed_round, hw.step_overhead_us)
 
 
 def gather_rounds(n: int, bidirectional: bool) -> list[int]:
