@@ -117,6 +117,12 @@ def build(cfg: Config):
     return fwd, step, (x, params), (params, x, y)
 
 
+def layer_export() -> str:
+    """One forward layer (the bundled examples/transformer_layer.mlir)."""
+    fwd, _, fwd_args, _ = build(Config(layers=1, seq=1024, model=512, hidden=2048))
+    return fwd.lower(*fwd_args).as_text()
+
+
 def relative_error(got, want) -> float:
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     return float(np.max(np.abs(got - want))) / max(1.0, float(np.max(np.abs(want))))
@@ -131,9 +137,8 @@ def main(argv=None) -> int:
     import overlap_hlo
 
     if args.export:
-        fwd, _, fwd_args, _ = build(Config(layers=1, seq=1024, model=512, hidden=2048))
         with open(args.export, "w") as out:
-            out.write(fwd.lower(*fwd_args).as_text())
+            out.write(layer_export())
         return 0
     fwd, step, fwd_args, step_args = build(Config())
     options = dict(threshold_mib=0, bidirectional=args.bidirectional, unroll=args.unroll)

@@ -37,6 +37,10 @@ def test_overlap_wrapper_runs_a_training_step():
     assert len(fast._compiled) == 1   # compiled once per argument signature
 
 
+def test_bundled_module_is_the_transformer_layer_export():
+    assert (EXAMPLES / "transformer_layer.mlir").read_text() == transformer.layer_export()
+
+
 def test_bundled_module_is_the_tp_mlp_export():
     fn, args = tp_mlp.build()
     assert (EXAMPLES / "tp_mlp.mlir").read_text() == fn.lower(*args).as_text()
