@@ -25,8 +25,7 @@
 // CHECK: %[[A4_ACC0:.*]] = stablehlo.dynamic_update_slice %{{.*}}, %[[A4_P0]],
 // CHECK-NEXT: %[[A4_DOWN0:.*]] = "stablehlo.collective_permute"(%[[A4_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]> : tensor<4x2xi64>}>
 // CHECK-NEXT: %[[A4_UP0:.*]] = "stablehlo.collective_permute"(%[[A4_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0]]> : tensor<4x2xi64>}>
-// CHECK-NEXT: %[[A4_START:.*]] = stablehlo.constant dense<1> : tensor<i32>
-// CHECK-NEXT: %[[A4_LOOP:.*]]:6 = stablehlo.while(%[[A4_K:[^ ]+]] = %[[A4_START]], %[[A4_DOWN:[^ ]+]] = %[[A4_DOWN0]], %[[A4_UP:[^ ]+]] = %[[A4_UP0]], %[[A4_ACC:[^ ]+]] = %[[A4_ACC0]], %[[A4_OTHER:[^ ]+]] = %[[A4_W]], %[[A4_P:[^ ]+]] = %[[A4_POS]])
+// CHECK: %[[A4_LOOP:.*]]:6 = stablehlo.while(%[[A4_K:[^ ]+]] = %{{[^ ]+}}, %[[A4_DOWN:[^ ]+]] = %[[A4_DOWN0]], %[[A4_UP:[^ ]+]] = %[[A4_UP0]], %[[A4_ACC:[^ ]+]] = %[[A4_ACC0]], %[[A4_OTHER:[^ ]+]] = %[[A4_W]], %[[A4_P:[^ ]+]] = %[[A4_POS]])
 // CHECK: cond {
 // CHECK-NEXT: %[[A4_STOP:.*]] = stablehlo.constant dense<2> : tensor<i32>
 // CHECK-NEXT: stablehlo.compare LT, %[[A4_K]], %[[A4_STOP]], SIGNED
@@ -34,35 +33,29 @@
 // CHECK-NEXT: %[[A4_DMOVED:.*]] = "stablehlo.collective_permute"(%[[A4_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]> : tensor<4x2xi64>}>
 // CHECK-NEXT: %[[A4_UMOVED:.*]] = "stablehlo.collective_permute"(%[[A4_UP]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0]]> : tensor<4x2xi64>}>
 // CHECK-NEXT: %[[A4_JD:.*]] = stablehlo.add %[[A4_P]], %[[A4_K]] : tensor<i32>
-// CHECK-NEXT: %[[A4_N1:.*]] = stablehlo.constant dense<4> : tensor<i32>
-// CHECK-NEXT: %[[A4_MD:.*]] = stablehlo.remainder %[[A4_JD]], %[[A4_N1]]
-// CHECK-NEXT: %[[A4_B1:.*]] = stablehlo.constant dense<2> : tensor<i32>
-// CHECK-NEXT: %[[A4_OFFD:.*]] = stablehlo.multiply %[[A4_MD]], %[[A4_B1]]
-// CHECK-NEXT: %[[A4_N2:.*]] = stablehlo.constant dense<4> : tensor<i32>
-// CHECK-NEXT: %[[A4_PN:.*]] = stablehlo.add %[[A4_P]], %[[A4_N2]]
+// CHECK: %[[A4_MD:.*]] = stablehlo.remainder %[[A4_JD]], %{{[^ ]+}}
+// CHECK: %[[A4_OFFD:.*]] = stablehlo.multiply %[[A4_MD]], %{{[^ ]+}}
+// CHECK: %[[A4_PN:.*]] = stablehlo.add %[[A4_P]], %{{[^ ]+}}
 // CHECK-NEXT: %[[A4_JU:.*]] = stablehlo.subtract %[[A4_PN]], %[[A4_K]]
-// CHECK-NEXT: %[[A4_N3:.*]] = stablehlo.constant dense<4> : tensor<i32>
-// CHECK-NEXT: %[[A4_MU:.*]] = stablehlo.remainder %[[A4_JU]], %[[A4_N3]]
-// CHECK-NEXT: %[[A4_B2:.*]] = stablehlo.constant dense<2> : tensor<i32>
-// CHECK-NEXT: %[[A4_OFFU:.*]] = stablehlo.multiply %[[A4_MU]], %[[A4_B2]]
-// CHECK-NEXT: %[[A4_CAT:.*]] = stablehlo.concatenate %[[A4_DOWN]], %[[A4_UP]], dim = 0 : (tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<4x16xf32>
+// CHECK: %[[A4_MU:.*]] = stablehlo.remainder %[[A4_JU]], %{{[^ ]+}}
+// CHECK: %[[A4_OFFU:.*]] = stablehlo.multiply %[[A4_MU]], %{{[^ ]+}}
+// CHECK: %[[A4_CAT:.*]] = stablehlo.concatenate %[[A4_DOWN]], %[[A4_UP]], dim = 0 : (tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<4x16xf32>
 // CHECK-NEXT: %[[A4_PART:.*]] = stablehlo.dot_general %[[A4_CAT]], %[[A4_OTHER]], contracting_dims = [1] x [0] : (tensor<4x16xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
 // CHECK-NEXT: %[[A4_HD:.*]] = stablehlo.slice %[[A4_PART]] [0:2, 0:8]
-// CHECK-NEXT: %[[A4_Z1:.*]] = stablehlo.constant dense<0> : tensor<i32>
-// CHECK-NEXT: %[[A4_U1:.*]] = stablehlo.dynamic_update_slice %[[A4_ACC]], %[[A4_HD]], %[[A4_OFFD]], %[[A4_Z1]]
+// CHECK: %[[A4_U1:.*]] = stablehlo.dynamic_update_slice %[[A4_ACC]], %[[A4_HD]], %[[A4_OFFD]], %{{[^ ]+}}
 // CHECK-NEXT: %[[A4_HU:.*]] = stablehlo.slice %[[A4_PART]] [2:4, 0:8]
-// CHECK-NEXT: %[[A4_Z2:.*]] = stablehlo.constant dense<0> : tensor<i32>
-// CHECK-NEXT: %[[A4_U2:.*]] = stablehlo.dynamic_update_slice %[[A4_U1]], %[[A4_HU]], %[[A4_OFFU]], %[[A4_Z2]]
-// CHECK-NEXT: %[[A4_ONE:.*]] = stablehlo.constant dense<1> : tensor<i32>
-// CHECK-NEXT: %[[A4_NEXT:.*]] = stablehlo.add %[[A4_K]], %[[A4_ONE]]
+// CHECK: %[[A4_U2:.*]] = stablehlo.dynamic_update_slice %[[A4_U1]], %[[A4_HU]], %[[A4_OFFU]], %{{[^ ]+}}
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK-NOT: stablehlo.dot_general
+// CHECK: %[[A4_NEXT:.*]] = stablehlo.add %[[A4_K]], %{{[^ ]+}}
 // CHECK-NEXT: stablehlo.return %[[A4_NEXT]], %[[A4_DMOVED]], %[[A4_UMOVED]], %[[A4_U2]], %[[A4_OTHER]], %[[A4_P]] :
 // CHECK-NEXT: }
-// CHECK-NEXT: %[[A4_TWO:.*]] = stablehlo.constant dense<2> : tensor<i32>
-// CHECK-NEXT: %[[A4_JL:.*]] = stablehlo.add %[[A4_POS]], %[[A4_TWO]]
+// CHECK-NOT: stablehlo.concatenate
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: %[[A4_JL:.*]] = stablehlo.add %[[A4_POS]], %{{[^ ]+}}
 // CHECK-NOT: stablehlo.concatenate
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[A4_LAST:.*]] = stablehlo.dot_general %[[A4_LOOP]]#1, %[[A4_W]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
-// CHECK-NEXT: stablehlo.constant
 // CHECK-NEXT: %[[A4_OUT:.*]] = stablehlo.dynamic_update_slice %[[A4_LOOP]]#3, %[[A4_LAST]]
 // CHECK-NEXT: return %[[A4_OUT]] : tensor<8x8xf32>
 // FLAG-LABEL: func.func @ag_free_lhs_4
@@ -269,32 +262,33 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // -----
 
 // An odd group: 3 of 6 partitions, groups [[0,1,2],[3,4,5]]. Round 0 sends the own
-// shard both ways; round 1 is the last and uses BOTH streams: the down shard is
+// shard (5 rows) both ways; round 1 is the last and uses BOTH streams: the down shard is
 // block p + 1, the up shard block p - 1 = p + 2 (mod 3); no loop iteration remains.
 // CHECK-LABEL: func.func @ag_odd
-// CHECK-SAME: (%[[AO_X:.*]]: tensor<2x16xf32>, %[[AO_W:.*]]: tensor<16x8xf32>)
+// CHECK-SAME: (%[[AO_X:.*]]: tensor<5x16xf32>, %[[AO_W:.*]]: tensor<16x8xf32>)
 // CHECK-NOT: stablehlo.while
 // CHECK: %[[AO_POS:.*]] = stablehlo.reshape {{.*}} : (tensor<1xi32>) -> tensor<i32>
 // CHECK: %[[AO_DOWN:.*]] = "stablehlo.collective_permute"(%[[AO_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 2], [1, 0], [2, 1], [3, 5], [4, 3], [5, 4]]> : tensor<6x2xi64>}>
 // CHECK-NEXT: %[[AO_UP:.*]] = "stablehlo.collective_permute"(%[[AO_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 0], [3, 4], [4, 5], [5, 3]]> : tensor<6x2xi64>}>
-// CHECK-NEXT: %[[AO_ONE:.*]] = stablehlo.constant dense<1> : tensor<i32>
-// CHECK-NEXT: %[[AO_JD:.*]] = stablehlo.add %[[AO_POS]], %[[AO_ONE]]
-// CHECK: %[[AO_OFFD:.*]] = stablehlo.multiply
-// CHECK-NEXT: %[[AO_TWO:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// CHECK: %[[AO_JD:.*]] = stablehlo.add %[[AO_POS]], %{{[^ ]+}}
+// CHECK: %[[AO_MD:.*]] = stablehlo.remainder %[[AO_JD]],
+// CHECK: %[[AO_OFFD:.*]] = stablehlo.multiply %[[AO_MD]],
+// CHECK: %[[AO_TWO:.*]] = stablehlo.constant dense<2> : tensor<i32>
 // CHECK-NEXT: %[[AO_JU:.*]] = stablehlo.add %[[AO_POS]], %[[AO_TWO]]
-// CHECK: %[[AO_OFFU:.*]] = stablehlo.multiply
-// CHECK-NEXT: %[[AO_CAT:.*]] = stablehlo.concatenate %[[AO_DOWN]], %[[AO_UP]], dim = 0 : (tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<4x16xf32>
+// CHECK: %[[AO_MU:.*]] = stablehlo.remainder %[[AO_JU]],
+// CHECK: %[[AO_OFFU:.*]] = stablehlo.multiply %[[AO_MU]],
+// CHECK-NEXT: %[[AO_CAT:.*]] = stablehlo.concatenate %[[AO_DOWN]], %[[AO_UP]], dim = 0 : (tensor<5x16xf32>, tensor<5x16xf32>) -> tensor<10x16xf32>
 // CHECK-NEXT: %[[AO_PART:.*]] = stablehlo.dot_general %[[AO_CAT]], %[[AO_W]]
-// CHECK-NEXT: %[[AO_HD:.*]] = stablehlo.slice %[[AO_PART]] [0:2, 0:8]
+// CHECK-NEXT: %[[AO_HD:.*]] = stablehlo.slice %[[AO_PART]] [0:5, 0:8]
 // CHECK: %[[AO_U1:.*]] = stablehlo.dynamic_update_slice %{{.*}}, %[[AO_HD]], %[[AO_OFFD]],
-// CHECK-NEXT: %[[AO_HU:.*]] = stablehlo.slice %[[AO_PART]] [2:4, 0:8]
+// CHECK-NEXT: %[[AO_HU:.*]] = stablehlo.slice %[[AO_PART]] [5:10, 0:8]
 // CHECK: %[[AO_OUT:.*]] = stablehlo.dynamic_update_slice %[[AO_U1]], %[[AO_HU]], %[[AO_OFFU]],
 // CHECK-NEXT: return %[[AO_OUT]]
 module attributes {mhlo.num_partitions = 6 : i32, mhlo.num_replicas = 1 : i32} {
-  func.func @ag_odd(%arg0: tensor<2x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<6x8xf32> {
-    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2], [3, 4, 5]]> : tensor<2x3xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<6x16xf32>
-    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<6x16xf32>, tensor<16x8xf32>) -> tensor<6x8xf32>
-    return %1 : tensor<6x8xf32>
+  func.func @ag_odd(%arg0: tensor<5x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<15x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2], [3, 4, 5]]> : tensor<2x3xi64>, use_global_device_ids}> : (tensor<5x16xf32>) -> tensor<15x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<15x16xf32>, tensor<16x8xf32>) -> tensor<15x8xf32>
+    return %1 : tensor<15x8xf32>
   }
 }
 
@@ -389,8 +383,7 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: %[[R8_PU1:.*]] = stablehlo.slice %[[R8_BOTH1]] [0:8, 1:2]
 // CHECK-NEXT: %[[R8_M1:.*]] = "stablehlo.collective_permute"(%[[R8_FIRST]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK-NEXT: %[[R8_D1:.*]] = stablehlo.add %[[R8_M1]], %[[R8_PD1]]
-// CHECK-NEXT: %[[R8_START:.*]] = stablehlo.constant dense<2> : tensor<i32>
-// CHECK-NEXT: %[[R8_LOOP:.*]]:6 = stablehlo.while(%[[R8_K:[^ ]+]] = %[[R8_START]], %[[R8_DACC:[^ ]+]] = %[[R8_D1]], %[[R8_UACC:[^ ]+]] = %[[R8_PU1]], %[[R8_LHS:[^ ]+]] = %[[R8_A]], %[[R8_RHS:[^ ]+]] = %[[R8_B]], %{{.*}})
+// CHECK: %[[R8_LOOP:.*]]:6 = stablehlo.while(%[[R8_K:[^ ]+]] = %{{[^ ]+}}, %[[R8_DACC:[^ ]+]] = %[[R8_D1]], %[[R8_UACC:[^ ]+]] = %[[R8_PU1]], %[[R8_LHS:[^ ]+]] = %[[R8_A]], %[[R8_RHS:[^ ]+]] = %[[R8_B]], %{{.*}})
 // CHECK: cond {
 // CHECK-NEXT: stablehlo.constant dense<4> : tensor<i32>
 // CHECK: } do {

@@ -16,8 +16,7 @@
 // CHECK-NOT: stablehlo.all_gather
 // CHECK: %[[G_D0:.*]] = "stablehlo.collective_permute"(%[[G_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK-NEXT: %[[G_U0:.*]] = "stablehlo.collective_permute"(%[[G_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
-// CHECK-NEXT: %[[G_START:.*]] = stablehlo.constant dense<1> : tensor<i32>
-// CHECK-NEXT: %[[G_LOOP:.*]]:6 = stablehlo.while(%[[G_K:[^ ]+]] = %[[G_START]], %[[G_DOWN:[^ ]+]] = %[[G_D0]], %[[G_UP:[^ ]+]] = %[[G_U0]], %[[G_ACC:[^ ]+]] = %{{[^ ]+}}, %[[G_OTHER:[^ ]+]] = %[[G_W]], %{{.*}})
+// CHECK: %[[G_LOOP:.*]]:6 = stablehlo.while(%[[G_K:[^ ]+]] = %{{[^ ]+}}, %[[G_DOWN:[^ ]+]] = %[[G_D0]], %[[G_UP:[^ ]+]] = %[[G_U0]], %[[G_ACC:[^ ]+]] = %{{[^ ]+}}, %[[G_OTHER:[^ ]+]] = %[[G_W]], %{{.*}})
 // CHECK: cond {
 // CHECK-NEXT: stablehlo.constant dense<3> : tensor<i32>
 // CHECK: } do {
@@ -25,8 +24,7 @@
 // CHECK-NEXT: %[[G_U1:.*]] = "stablehlo.collective_permute"(%[[G_UP]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
 // CHECK: %[[G_CAT1:.*]] = stablehlo.concatenate %[[G_DOWN]], %[[G_UP]], dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
 // CHECK-NEXT: stablehlo.dot_general %[[G_CAT1]], %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
-// CHECK: %[[G_ONE:.*]] = stablehlo.constant dense<1> : tensor<i32>
-// CHECK-NEXT: %[[G_K1:.*]] = stablehlo.add %[[G_K]], %[[G_ONE]] : tensor<i32>
+// CHECK: %[[G_K1:.*]] = stablehlo.add %[[G_K]], %{{[^ ]+}} : tensor<i32>
 // CHECK-NEXT: %[[G_D2:.*]] = "stablehlo.collective_permute"(%[[G_D1]]) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK-NEXT: %[[G_U2:.*]] = "stablehlo.collective_permute"(%[[G_U1]]) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
 // CHECK: stablehlo.subtract %{{.*}}, %[[G_K1]] : tensor<i32>
@@ -73,8 +71,7 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // and one last shift of each accumulator.
 // CHECK-LABEL: func.func @scatter
 // CHECK-SAME: (%[[S_A:.*]]: tensor<8x16xf32>, %[[S_B:.*]]: tensor<16x8xf32>)
-// CHECK: %[[S_START:.*]] = stablehlo.constant dense<2> : tensor<i32>
-// CHECK-NEXT: %[[S_LOOP:.*]]:6 = stablehlo.while(%[[S_K:[^ ]+]] = %[[S_START]], %[[S_DACC:[^ ]+]] = %{{[^ ]+}}, %[[S_UACC:[^ ]+]] = %{{[^ ]+}}, %[[S_LHS:[^ ]+]] = %[[S_A]], %[[S_RHS:[^ ]+]] = %[[S_B]], %{{.*}})
+// CHECK: %[[S_LOOP:.*]]:6 = stablehlo.while(%[[S_K:[^ ]+]] = %{{[^ ]+}}, %[[S_DACC:[^ ]+]] = %{{[^ ]+}}, %[[S_UACC:[^ ]+]] = %{{[^ ]+}}, %[[S_LHS:[^ ]+]] = %[[S_A]], %[[S_RHS:[^ ]+]] = %[[S_B]], %{{.*}})
 // CHECK: cond {
 // CHECK-NEXT: stablehlo.constant dense<4> : tensor<i32>
 // CHECK: } do {
@@ -86,8 +83,7 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: %[[S_D1:.*]] = stablehlo.add %[[S_MD1]], %[[S_PD1]]
 // CHECK-NEXT: %[[S_MU1:.*]] = "stablehlo.collective_permute"(%[[S_UACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
 // CHECK-NEXT: %[[S_U1:.*]] = stablehlo.add %[[S_MU1]], %[[S_PU1]]
-// CHECK-NEXT: %[[S_ONE:.*]] = stablehlo.constant dense<1> : tensor<i32>
-// CHECK-NEXT: %[[S_K1:.*]] = stablehlo.add %[[S_K]], %[[S_ONE]]
+// CHECK: %[[S_K1:.*]] = stablehlo.add %[[S_K]], %{{[^ ]+}}
 // CHECK: %[[S_CAT2:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
 // CHECK-NEXT: %[[S_P2:.*]] = stablehlo.dot_general %[[S_CAT2]], %[[S_RHS]]
 // CHECK-NEXT: %[[S_PD2:.*]] = stablehlo.slice %[[S_P2]] [0:1, 0:8]

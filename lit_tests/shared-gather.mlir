@@ -17,18 +17,15 @@
 // CHECK: %[[GM_G0:.*]] = stablehlo.dot_general %[[GM_X]], %[[GM_WG]]
 // CHECK: %[[GM_U0:.*]] = stablehlo.dot_general %[[GM_X]], %[[GM_WU]]
 // CHECK: %[[GM_SENT:.*]] = "stablehlo.collective_permute"(%[[GM_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]> : tensor<4x2xi64>}>
-// CHECK-NEXT: %[[GM_START:.*]] = stablehlo.constant dense<1> : tensor<i32>
-// CHECK-NEXT: %[[GM_LOOP:.*]]:7 = stablehlo.while(%[[GM_K:[^ ]+]] = %[[GM_START]], %[[GM_CUR:[^ ]+]] = %[[GM_SENT]], %[[GM_ACCG:[^ ]+]] = %{{[^ ]+}}, %[[GM_ACCU:[^ ]+]] = %{{[^ ]+}}, %[[GM_OG:[^ ]+]] = %[[GM_WG]], %[[GM_OU:[^ ]+]] = %[[GM_WU]], %{{.*}}) : tensor<i32>, tensor<2x16xf32>, tensor<8x32xf32>, tensor<8x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<i32>
+// CHECK: %[[GM_LOOP:.*]]:7 = stablehlo.while(%[[GM_K:[^ ]+]] = %{{[^ ]+}}, %[[GM_CUR:[^ ]+]] = %[[GM_SENT]], %[[GM_ACCG:[^ ]+]] = %{{[^ ]+}}, %[[GM_ACCU:[^ ]+]] = %{{[^ ]+}}, %[[GM_OG:[^ ]+]] = %[[GM_WG]], %[[GM_OU:[^ ]+]] = %[[GM_WU]], %{{.*}}) : tensor<i32>, tensor<2x16xf32>, tensor<8x32xf32>, tensor<8x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<i32>
 // CHECK: } do {
 // CHECK-NEXT: %[[GM_MOVED:.*]] = "stablehlo.collective_permute"(%[[GM_CUR]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[GM_DG:.*]] = stablehlo.dot_general %[[GM_CUR]], %[[GM_OG]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x32xf32>) -> tensor<2x32xf32>
-// CHECK-NEXT: stablehlo.constant
-// CHECK-NEXT: %[[GM_AG:.*]] = stablehlo.dynamic_update_slice %[[GM_ACCG]], %[[GM_DG]],
+// CHECK: %[[GM_AG:.*]] = stablehlo.dynamic_update_slice %[[GM_ACCG]], %[[GM_DG]],
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[GM_DU:.*]] = stablehlo.dot_general %[[GM_CUR]], %[[GM_OU]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x32xf32>) -> tensor<2x32xf32>
-// CHECK-NEXT: stablehlo.constant
-// CHECK-NEXT: %[[GM_AU:.*]] = stablehlo.dynamic_update_slice %[[GM_ACCU]], %[[GM_DU]],
+// CHECK: %[[GM_AU:.*]] = stablehlo.dynamic_update_slice %[[GM_ACCU]], %[[GM_DU]],
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: stablehlo.return %{{.*}}, %[[GM_MOVED]], %[[GM_AG]], %[[GM_AU]], %[[GM_OG]], %[[GM_OU]],
 // CHECK-NEXT: }
@@ -143,8 +140,7 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: %[[MK_MOVED:.*]] = "stablehlo.collective_permute"(%[[MK_CUR]])
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[MK_DY:.*]] = stablehlo.dot_general %[[MK_CUR]], %[[MK_OW]], contracting_dims = [1] x [0]
-// CHECK-NEXT: stablehlo.constant
-// CHECK-NEXT: %[[MK_UY:.*]] = stablehlo.dynamic_update_slice %[[MK_AY]], %[[MK_DY]],
+// CHECK: %[[MK_UY:.*]] = stablehlo.dynamic_update_slice %[[MK_AY]], %[[MK_DY]],
 // CHECK: %[[MK_SE:.*]] = stablehlo.dynamic_slice %[[MK_OE]], %{{.*}}, %{{.*}}, sizes = [2, 4]
 // CHECK-NEXT: %[[MK_DZ:.*]] = stablehlo.dot_general %[[MK_CUR]], %[[MK_SE]], contracting_dims = [0] x [0] : (tensor<2x16xf32>, tensor<2x4xf32>) -> tensor<16x4xf32>
 // CHECK-NEXT: %[[MK_UZ:.*]] = stablehlo.add %[[MK_AZ]], %[[MK_DZ]]
