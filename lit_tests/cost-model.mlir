@@ -1,0 +1,129 @@
+// RUN: overlap-opt %s --split-input-file --hardware=h100-sxm --remarks -o %t.h100 2>&1 | FileCheck %s --check-prefix=H100-REMARK
+// RUN: FileCheck %s --check-prefix=H100 --input-file %t.h100
+// RUN: overlap-opt %s --split-input-file --hardware=tpu-v5e --remarks -o %t.v5e 2>&1 | FileCheck %s --check-prefix=V5E-REMARK
+// RUN: FileCheck %s --check-prefix=V5E --input-file %t.v5e
+// RUN: overlap-opt %s --split-input-file --hardware=host-cpu --remarks -o %t.cpu 2>&1 | FileCheck %s --check-prefix=CPU-REMARK
+// RUN: overlap-opt %s --split-input-file --hardware=h100-sxm --threshold-mib=0 --remarks -o %t.thr 2>&1 | FileCheck %s --check-prefix=THR-REMARK
+// RUN: FileCheck %s --check-prefix=THR --input-file %t.thr
+// RUN: overlap-opt %s --split-input-file --pass-pipeline='builtin.module(overlap-all-gather-matmul{hardware=tpu-v5e},overlap-matmul-reduce-scatter{hardware=tpu-v5e})' --remarks -o %t.pipe 2>&1 | FileCheck %s --check-prefix=V5E-REMARK
+// RUN: overlap-opt %s --split-input-file --hardware=%S/Inputs/slow-link.json --remarks -o %t.json 2>&1 | FileCheck %s --check-prefix=JSON-REMARK
+// RUN: overlap-opt %s --split-input-file --hardware=h100-sxm --pass-statistics -o %t.stats 2>&1 | FileCheck %s --check-prefix=STATS
+// RUN: overlap-opt %s --split-input-file --hardware=h100-sxm --threshold-mib=0 --pass-statistics -o %t.stats0 2>&1 | FileCheck %s --check-prefix=STATS0
+// RUN: not overlap-opt %s --hardware=no-such-chip 2>&1 | FileCheck %s --check-prefix=BADHW
+// RUN: not overlap-opt %s --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{hardware=no-such-chip})' 2>&1 | FileCheck %s --check-prefix=BADHW-PIPE
+// RUN: not overlap-opt %s --hardware=%S/Inputs/bad-field.json 2>&1 | FileCheck %s --check-prefix=BADJSON
+
+// --hardware names a profile (or a .json profile file): with no explicit
+// threshold-mib, each site is decided by the cost model, and every remark carries
+// the predicted time before and after on that profile. An explicit threshold-mib
+// overrides the cost model (the prediction is still reported). A hardware name that
+// is neither a profile nor a .json file is a usage error (exit status 2, before the
+// input is read); so is a .json profile with an unknown field.
+
+// BADHW: overlap-opt: error: pass 'overlap-all-gather-matmul': unknown hardware 'no-such-chip' (profiles: tpu-v4, tpu-v5e, tpu-v5p, h100-sxm, h200, a100, host-cpu; or a .json profile file)
+// BADHW-NOT: remark
+// BADHW-PIPE: overlap-opt: error: pass 'overlap-matmul-reduce-scatter': unknown hardware 'no-such-chip'
+// BADJSON: overlap-opt: error: pass 'overlap-all-gather-matmul': {{.*}}bad-field.json: unknown hardware fields ['warp_speed']
+
+// Statistics (stderr): per pass, sites seen and rewritten and the skipped ones by
+// reason; with threshold-mib=0 nothing is skipped.
+// STATS: ===-------------------- overlap-hlo pass statistics --------------------===
+// STATS-NEXT: overlap-all-gather-matmul: 2 sites seen, 1 rewritten
+// STATS-NEXT: 1 skipped: not profitable
+// STATS-NEXT: overlap-matmul-reduce-scatter: 1 sites seen, 1 rewritten
+// STATS-NOT: skipped
+// STATS0: ===-------------------- overlap-hlo pass statistics --------------------===
+// STATS0-NEXT: overlap-all-gather-matmul: 2 sites seen, 2 rewritten
+// STATS0-NEXT: overlap-matmul-reduce-scatter: 1 sites seen, 1 rewritten
+// STATS0-NOT: skipped
+
+// A tiny gather-matmul (8x16 by 16x8 f32 over a group of 4): the shifts are pure
+// latency and the partial dots nearly free, so the ring loses on every built-in
+// profile and the all_gather stays. threshold-mib=0 rewrites it anyway, still
+// reporting the (slower) prediction. On the slow-link profile (a shift costs as
+// much as a partial dot) it pays: 7 t -> 4 t.
+// H100-REMARK: cost-model.mlir:[[# @LINE + 18]]:10: remark: overlap-all-gather-matmul: left unchanged: not profitable on h100-sxm; 1 dot(s) (free dim), tensor<8x16xf32> gathered over groups of 4; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm{{$}}
+// V5E-REMARK: cost-model.mlir:[[# @LINE + 17]]:10: remark: overlap-all-gather-matmul: left unchanged: not profitable on tpu-v5e; 1 dot(s) (free dim), tensor<8x16xf32> gathered over groups of 4; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on tpu-v5e{{$}}
+// CPU-REMARK: cost-model.mlir:[[# @LINE + 16]]:10: remark: overlap-all-gather-matmul: left unchanged: not profitable on host-cpu;
+// THR-REMARK: cost-model.mlir:[[# @LINE + 15]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<8x16xf32> gathered over groups of 4; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm{{$}}
+// JSON-REMARK: cost-model.mlir:[[# @LINE + 14]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<8x16xf32> gathered over groups of 4; predicted 3584.0 us -> 2048.0 us (1.75x) on slow-link{{$}}
+// H100-LABEL: func.func @tiny
+// H100: "stablehlo.all_gather"(%arg0)
+// H100-NOT: stablehlo.collective_permute
+// H100-NOT: stablehlo.while
+// H100: return
+// V5E-LABEL: func.func @tiny
+// V5E: "stablehlo.all_gather"(%arg0)
+// V5E-NOT: stablehlo.collective_permute
+// THR-LABEL: func.func @tiny
+// THR-NOT: stablehlo.all_gather
+// THR: stablehlo.collective_permute
+module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @tiny(%x: tensor<2x16xf32>, %w: tensor<16x8xf32>) -> tensor<8x8xf32> {
+    %g = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %d = stablehlo.dot_general %g, %w, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %d : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// A large one: tensor<8192x8192xbf16> gathered from 4 shards of 2048 rows, times an
+// 8192x8192 bf16 weight. Each partial dot outlasts a shift, so the ring hides the
+// communication: rewritten on h100-sxm and tpu-v5e, with the predicted times in the
+// remark. On host-cpu (matmul-bound) it stays; on slow-link the dots are far too
+// slow for the shifts to matter. (Only the slow-link numbers are checked exactly:
+// with T_c = T_m = 512 us and no overheads, 3 T_m + 4 T_c -> 4 T_c.)
+// H100-REMARK: cost-model.mlir:[[# @LINE + 19]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<8192x8192xbf16> gathered over groups of 4; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm{{$}}
+// V5E-REMARK: cost-model.mlir:[[# @LINE + 18]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<8192x8192xbf16> gathered over groups of 4; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on tpu-v5e{{$}}
+// CPU-REMARK: cost-model.mlir:[[# @LINE + 17]]:10: remark: overlap-all-gather-matmul: left unchanged: not profitable on host-cpu; 1 dot(s) (free dim), tensor<8192x8192xbf16> gathered over groups of 4; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on host-cpu{{$}}
+// JSON-REMARK: cost-model.mlir:[[# @LINE + 16]]:10: remark: overlap-all-gather-matmul: left unchanged: not profitable on slow-link;
+// H100-LABEL: func.func @large
+// H100-NOT: stablehlo.all_gather
+// H100: "stablehlo.collective_permute"(%arg0)
+// H100: stablehlo.while
+// H100: "stablehlo.collective_permute"(%iterArg
+// H100: stablehlo.dot_general %iterArg{{[_0-9]*}}, %iterArg{{[_0-9]*}}, contracting_dims = [1] x [0] : (tensor<2048x8192xbf16>, tensor<8192x8192xbf16>) -> tensor<2048x8192xbf16>
+// H100-NOT: stablehlo.all_gather
+// H100: return
+// V5E-LABEL: func.func @large
+// V5E-NOT: stablehlo.all_gather
+// V5E: stablehlo.while
+// V5E-NOT: stablehlo.all_gather
+// V5E: return
+module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @large(%x: tensor<2048x8192xbf16>, %w: tensor<8192x8192xbf16>) -> tensor<8192x8192xbf16> {
+    %g = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2048x8192xbf16>) -> tensor<8192x8192xbf16>
+    %d = stablehlo.dot_general %g, %w, contracting_dims = [1] x [0] : (tensor<8192x8192xbf16>, tensor<8192x8192xbf16>) -> tensor<8192x8192xbf16>
+    return %d : tensor<8192x8192xbf16>
+  }
+}
+
+// -----
+
+// The matching large dot -> reduce_scatter, rewritten on h100-sxm and tpu-v5e.
+// H100-REMARK: cost-model.mlir:[[# @LINE + 17]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8192x8192xbf16> scattered on dim 0 (free dim of operand 0) over groups of 4; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm{{$}}
+// V5E-REMARK: cost-model.mlir:[[# @LINE + 16]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8192x8192xbf16> scattered on dim 0 (free dim of operand 0) over groups of 4; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on tpu-v5e{{$}}
+// CPU-REMARK: cost-model.mlir:[[# @LINE + 15]]:10: remark: overlap-matmul-reduce-scatter: left unchanged: not profitable on host-cpu;
+// H100-LABEL: func.func @large_scatter
+// H100-NOT: stablehlo.reduce_scatter
+// H100: stablehlo.while
+// H100: "stablehlo.collective_permute"(%iterArg
+// H100-NOT: stablehlo.reduce_scatter
+// H100: return
+// V5E-LABEL: func.func @large_scatter
+// V5E-NOT: stablehlo.reduce_scatter
+// V5E: stablehlo.while
+// V5E-NOT: stablehlo.reduce_scatter
+// V5E: return
+module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @large_scatter(%a: tensor<8192x8192xbf16>, %b: tensor<8192x8192xbf16>) -> tensor<2048x8192xbf16> {
+    %d = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<8192x8192xbf16>, tensor<8192x8192xbf16>) -> tensor<8192x8192xbf16>
+    %s = "stablehlo.reduce_scatter"(%d) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%l: tensor<bf16>, %r: tensor<bf16>):
+      %sum = stablehlo.add %l, %r : tensor<bf16>
+      stablehlo.return %sum : tensor<bf16>
+    }) : (tensor<8192x8192xbf16>) -> tensor<2048x8192xbf16>
+    return %s : tensor<2048x8192xbf16>
+  }
+}
