@@ -50,8 +50,13 @@ class Hardware:
     @classmethod
     def from_file(cls, path: str) -> Hardware:
         """A profile from a JSON file with the fields of this class."""
-        with open(path) as f:
-            data = json.load(f)
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not valid JSON: {err}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a hardware profile is a JSON object")
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
@@ -60,7 +65,28 @@ class Hardware:
                    "loop_overhead_us"} - set(data)
         if missing:
             raise ValueError(f"{path}: missing hardware fields {sorted(missing)}")
-        return cls(**data)
+        profile = cls(**data)
+        profile.validate(path)
+        return profile
+
+    def validate(self, where: str) -> None:
+        """Every figure a positive number (overheads and latency may be 0)."""
+        def number(value) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and math.isfinite(value)
+
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"{where}: 'name' must be a non-empty string")
+        if (not isinstance(self.tflops, dict) or not self.tflops
+                or not all(isinstance(k, str) and number(v) and v > 0
+                           for k, v in self.tflops.items())):
+            raise ValueError(f"{where}: 'tflops' must map element types to positive numbers")
+        for name in ("link_gbps", "matmul_efficiency", "link_efficiency"):
+            if not number(getattr(self, name)) or getattr(self, name) <= 0:
+                raise ValueError(f"{where}: '{name}' must be a positive number")
+        for name in ("latency_us", "step_overhead_us", "loop_overhead_us"):
+            if not number(getattr(self, name)) or getattr(self, name) < 0:
+                raise ValueError(f"{where}: '{name}' must be a number >= 0")
 
 
 _GPU = dict(latency_us=10.0, step_overhead_us=3.0, loop_overhead_us=5.0)

@@ -64,10 +64,12 @@ class Consumer:
     def acc_type(self) -> ir.RankedTensorType:
         return accumulator_type(self.result_type) if self.result_dim is None else self.result_type
 
-    def accumulate(self, acc: ir.Value, shards: list[ir.Value], shifts: list[tuple[int, object]],
-                   inputs: list[ir.Value], position: ir.Value, n: int,
-                   gather_dim: int) -> ir.Value:
-        """Add this step's blocks to `acc`: one dot over the shards side by side."""
+    def accumulate(self, acc: ir.Value | None, shards: list[ir.Value],
+                   shifts: list[tuple[int, object]], inputs: list[ir.Value],
+                   position: ir.Value, n: int, gather_dim: int) -> ir.Value:
+        """Add this step's blocks to `acc`: one dot over the shards side by side.
+
+        `acc` is None in round 0 of a contracting dim: the first sum is the product."""
         other, *scales = inputs
         block = self.block
         offsets = [b.block_offset(position, step, n, block, sign) for sign, step in shifts]
@@ -77,7 +79,8 @@ class Consumer:
                              self.other_dim)
         operands = [viewed, other] if self.gathered == 0 else [other, viewed]
         if self.result_dim is None:
-            return b.add(acc, b.dot_like(self.dot, *operands, self.acc_type))
+            part = b.dot_like(self.dot, *operands, self.acc_type)
+            return part if acc is None else b.add(acc, part)
         part_type = b.with_dim(self.result_type, self.result_dim, block * len(shards))
         part = b.dot_like(self.dot, *operands, part_type)
         for i, offset in enumerate(offsets):
@@ -114,7 +117,8 @@ class OverlapAllGatherMatmul(RewritePass):
         if block * ring.size != gather.results[0].type.shape[dim]:
             raise Unsupported(f"gathered dim {gather.results[0].type.shape[dim]} is not "
                               f"{ring.size} x {block}")
-        consumers = [analyze(use, values, block) for use in dots]
+        consumers = sorted((analyze(use, values, block) for use in dots),
+                           key=functools.cmp_to_key(_program_order))
         kinds = ", ".join(f"{c.kind} dim" + "".join(f" through {v.op.name}" for v in c.views)
                           for c in consumers)
         detail = (f"{len(consumers)} dot(s) ({kinds}), {gather.results[0].type} gathered "
@@ -124,7 +128,7 @@ class OverlapAllGatherMatmul(RewritePass):
             ring.size, sum(flops(c.dot) for c in consumers),
             cost.element_name(consumers[0].dot.operands[0].type.element_type),
             mib(shard.type) * 2**20, rounds, exposed_round=-1,
-            loop_iterations=max(len(rounds) - 2, 0) // self.unroll), detail)
+            loop_iterations=uniform_rounds(rounds) // self.unroll), detail)
         groups = share_loops(consumers)
         for group in groups:
             with ir.InsertionPoint(group[0].dot):
@@ -136,15 +140,14 @@ class OverlapAllGatherMatmul(RewritePass):
 
 
 def share_loops(consumers: list[Consumer]) -> list[list[Consumer]]:
-    """Consumers that can share one ring, built before the first of them.
+    """Consumers (in program order) that can share one ring, built before the first.
 
     A consumer joins a group when it sits in the same block as the group's first dot
     and its other operand already exists there; the rest start groups of their own
     (e.g. a backward-pass dot whose other operand is computed later).
     """
-    ordered = sorted(consumers, key=functools.cmp_to_key(_program_order))
     groups: list[list[Consumer]] = []
-    for consumer in ordered:
+    for consumer in consumers:   # in program order
         for group in groups:
             head = group[0].dot
             if (consumer.dot.block == head.block
@@ -179,7 +182,8 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
 
     Round 0 multiplies the device's own shard while sending it on; round r multiplies
     the shard of position p + r (and p - r from the second stream when bidirectional)
-    while sending both on; the last round sends nothing.
+    while sending both on; the last round sends nothing. For even N the two streams
+    meet at p + N/2: the up stream's last send is left out.
     """
     n = ring.size
     plan = cost.gather_rounds(n, options.bidirectional)   # blocks per round
@@ -209,12 +213,24 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
 
     position = b.ring_position(ring)
     invariants = [value for c in consumers for value in c.inputs] + [position]
-    accs = [b.zeros(c.acc_type) for c in consumers]
+    accs = [None if c.result_dim is None else b.zeros(c.acc_type) for c in consumers]
     accs = step(0, [shard], accs, invariants)
     carried = send([shard] * streams) + accs
-    carried = b.unrolled_rounds(1, rounds, options.unroll, carried, invariants, middle)
-    accs = step(rounds, carried[:streams], carried[streams:], invariants, up=last_has_up)
+    uniform_end = 1 + uniform_rounds(plan)
+    carried = b.unrolled_rounds(1, uniform_end, options.unroll, carried, invariants, middle)
+    held = streams
+    if uniform_end < rounds:   # both streams multiply, only the down stream sends on
+        shards, accs = carried[:streams], carried[streams:]
+        carried = send(shards[:1]) + step(uniform_end, shards, accs, invariants)
+        held = 1
+    accs = step(rounds, carried[:held], carried[held:], invariants, up=last_has_up)
     return [c.finish(acc) for c, acc in zip(consumers, accs)]
+
+
+def uniform_rounds(plan: list[int]) -> int:
+    """Rounds of the ring's loop: all but round 0 and the last, and for even N with two
+    streams also the round before the last (its up stream does not send)."""
+    return max(len(plan) - 2 - (max(plan) == 2 and plan[-1] == 1), 0)
 
 
 def accumulator_type(result_type: ir.RankedTensorType) -> ir.RankedTensorType:

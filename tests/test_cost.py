@@ -141,3 +141,21 @@ def test_statistics_count_by_reason():
              + overlap_hlo.remarks(gather_module(2048, 8192, 8192), hardware="tpu-v5e"))
     assert overlap_hlo.statistics(sites) == {"overlap-all-gather-matmul": {
         "seen": 2, "rewritten": 1, "skipped: not profitable": 1}}
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"tflops": {}}, "'tflops' must map"),
+    ({"tflops": {"f32": "fast"}}, "'tflops' must map"),
+    ({"link_gbps": 0}, "'link_gbps' must be a positive number"),
+    ({"latency_us": -1}, "'latency_us' must be a number >= 0"),
+])
+def test_json_profile_values_are_checked(tmp_path, fields, message):
+    profile = {"name": "chip", "tflops": {"f32": 10.0}, "link_gbps": 5.0, "latency_us": 1.0,
+               "step_overhead_us": 0.5, "loop_overhead_us": 0.5, **fields}
+    path = tmp_path / "chip.json"
+    path.write_text(json.dumps(profile))
+    with pytest.raises(ValueError, match=message):
+        cost.hardware(str(path))
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(ValueError, match="broken.json: not valid JSON"):
+        cost.hardware(str(tmp_path / "broken.json"))
