@@ -1,7 +1,7 @@
 """A short differential-fuzzing budget in the suite (the long runs: overlap-fuzz)."""
 import random
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from overlap_hlo.tools import fuzz
@@ -13,6 +13,8 @@ from overlap_hlo.tools import fuzz
 def test_random_programs_agree(seed):
     case = fuzz.draw(random.Random(seed), seed)
     outcome, detail = fuzz.run(case)
+    # Programs JAX or XLA:CPU itself rejects say nothing about the rewrite.
+    assume(outcome not in ("not generated", "original fails"))
     assert outcome == "rewritten", f"{outcome}: {detail}\n{case.describe()}"
 
 
