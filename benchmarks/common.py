@@ -295,22 +295,26 @@ def _busy_ticks() -> tuple[int, int]:
     return user + nice + system + irq + softirq + steal, int(own[11]) + int(own[12])
 
 
-def run_once(fn, args) -> tuple[float, float]:
-    """(wall seconds of one call, cores other processes kept busy during it)."""
+def run_once(fn, args) -> tuple[float, float, float]:
+    """(wall seconds of one call, cores other processes kept busy during it, CPU seconds
+    this process spent on it, all threads)."""
     busy0, own0 = _busy_ticks()
+    cpu = time.process_time()
     start = time.perf_counter()
     jax.block_until_ready(fn(*args))
     wall = time.perf_counter() - start
+    cpu = time.process_time() - cpu
     busy1, own1 = _busy_ticks()
     # Both counts are sampled in ticks and may disagree by one: that tick is forgiven.
     foreign = max(0, (busy1 - busy0) - (own1 - own0) - 1) / _TICK
-    return wall, foreign / wall
+    return wall, foreign / wall, cpu
 
 
 @dataclass
 class Timings:
     seconds: dict[str, list[float]]     # per variant, one entry per round
     foreign: dict[str, list[float]]     # cores busy elsewhere during that call
+    cpu: dict[str, list[float]]         # CPU seconds of this process during that call
     reruns: int                         # calls run again because the machine was shared
 
 
@@ -330,18 +334,20 @@ def interleaved_times(fns: dict[str, Callable], args, rounds: int, warmup: int =
         for name in names:
             run_once(fns[name], args)
     budget = rounds * len(names) // 2 if max_reruns is None else max_reruns
-    timings = Timings({n: [] for n in names}, {n: [] for n in names}, 0)
+    timings = Timings({n: [] for n in names}, {n: [] for n in names},
+                      {n: [] for n in names}, 0)
     for r in range(rounds):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
-            wall, foreign = run_once(fns[name], args)
+            wall, foreign, cpu = run_once(fns[name], args)
             for _ in range(2):
                 if foreign <= max_foreign or timings.reruns >= budget:
                     break
                 timings.reruns += 1
-                wall, foreign = run_once(fns[name], args)
+                wall, foreign, cpu = run_once(fns[name], args)
             timings.seconds[name].append(wall)
             timings.foreign[name].append(foreign)
+            timings.cpu[name].append(cpu)
     return timings
 
 

@@ -78,6 +78,12 @@ def measure(case, rounds: int, min_rounds: int, budget: float, warmup: int,
         entry = common.summary(times[name])
         entry["times_ms"] = [t * 1e3 for t in times[name]]
         entry["foreign_cores"] = timings.foreign[name]
+        entry["cpu_ms"] = [t * 1e3 for t in timings.cpu[name]]
+        entry["cpu_median_ms"] = float(np.median(timings.cpu[name]) * 1e3)
+        if name != ORIGINAL:
+            entry["cpu_vs_original"] = paired_ratio(timings.cpu, name, ORIGINAL)
+        if name != HAND:
+            entry["cpu_vs_hand"] = paired_ratio(timings.cpu, name, HAND)
         entry["min_ms"] = float(np.min(times[name]) * 1e3)
         entry["max_rel_error"] = errors[name]
         if name != ORIGINAL:
@@ -103,6 +109,16 @@ def report(results: list[dict]) -> str:
           *(cell(r["variants"][v]) for v in VARIANTS)] for r in results]))
     out.append("(shared: timed calls during which other processes kept the CPUs busy, "
                "after reruns; rows with many are less trustworthy)")
+    out.append("\nCPU time of this process per call, all threads (work and any spinning; "
+               "hardly changed by other processes, but not the run time: a variant that keeps "
+               "both cores busy spends more CPU time in less wall time): median ms (median "
+               "per-round ratio to the original / to the hand loop)\n")
+    def cpu_cell(v: dict) -> str:
+        ratios = [f"{v[k]['ratio']:.2f}" for k in ("cpu_vs_original", "cpu_vs_hand") if k in v]
+        return f"{v['cpu_median_ms']:.1f}" + (f" ({' / '.join(ratios)})" if ratios else "")
+    out.append(common.markdown_table(
+        ["case", *VARIANTS],
+        [[r["case"], *(cpu_cell(r["variants"][v]) for v in VARIANTS)] for r in results]))
     out.append("\nPer-device shapes:\n")
     out.append(common.markdown_table(["case", "shapes", "GFLOP (all devices)"],
                                      [[r["case"], r["shapes"], f"{r['gflop']:.1f}"]

@@ -23,7 +23,8 @@ import numpy as np  # noqa: E402
 ORIGINAL = "original"   # as in benchmarks.common, which is not imported: no JAX needed here
 
 
-def bars(ax, cases: list[str], variants: list[str], values, low=None, high=None) -> None:
+def bars(ax, cases: list[str], variants: list[str], values, low=None, high=None,
+         notes: dict[str, str] | None = None) -> None:
     """Grouped bars: one group per case, one bar per variant."""
     width = 0.8 / len(variants)
     x = np.arange(len(cases))
@@ -39,7 +40,8 @@ def bars(ax, cases: list[str], variants: list[str], values, low=None, high=None)
                capsize=2, error_kw={"elinewidth": 0.8, "ecolor": "0.25"})
     ax.axhline(1.0, color="0.2", linestyle="--", linewidth=1)
     ax.set_xticks(x)
-    ax.set_xticklabels([c.replace(" ", "\n", 1) for c in cases], fontsize=8)
+    ax.set_xticklabels([c.replace(" ", "\n", 1) + (notes or {}).get(c, "") for c in cases],
+                       fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
 
@@ -56,11 +58,17 @@ def execution_panel(ax, data: dict) -> None:
     variants = common_variants(results)
     get = {key: {r["case"]: {v: r["variants"][v]["vs_original"][key] for v in variants}
                  for r in results} for key in ("ratio", "q1", "q3")}
-    bars(ax, cases, variants, get["ratio"], get["q1"], get["q3"])
+    notes = {}
+    for r in results:    # flag cases timed while other processes kept the CPUs busy
+        calls = r["rounds"] * len(r["variants"])
+        if r.get("shared_calls", 0) > 0.1 * calls:
+            notes[r["case"]] = f"\n(CPUs busy: {r['shared_calls']}/{calls})"
+    bars(ax, cases, variants, get["ratio"], get["q1"], get["q3"], notes)
     rounds = sorted({r["rounds"] for r in results})
     ax.set_ylabel("run time / original")
     ax.set_title("Run time relative to all_gather/reduce_scatter + dot (median of "
-                 f"{'/'.join(map(str, rounds))} interleaved rounds, whiskers: quartiles)",
+                 f"{'/'.join(map(str, rounds))} interleaved rounds, whiskers: quartiles; "
+                 "CPUs busy: calls timed while other processes ran)",
                  fontsize=9)
 
 
@@ -91,7 +99,7 @@ def main(argv=None) -> int:
                 panels.append((json.load(f), draw))
     if not panels:
         parser.error("give the execution JSON, --memory JSON, or both")
-    width = max(10.0, 1.4 * max(len(d["results"]) for d, _ in panels))
+    width = max(10.0, 1.6 * max(len(d["results"]) for d, _ in panels))
     height = 4.2 * len(panels) + 0.6
     fig, axes = plt.subplots(len(panels), 1, figsize=(width, height), squeeze=False)
     for ax, (data, draw) in zip(axes[:, 0], panels):
