@@ -61,11 +61,13 @@ class Ring:
             stablehlo.ChannelHandle(attrs["channel_handle"]).handle > 0)
         global_ids = "use_global_device_ids" in attrs
         groups = _groups(attrs["replica_groups"])
+        _check_unconditional(op)
+        if num_replicas > 1 and num_partitions > 1:
+            raise Unsupported(f"replica and partition ids mixed ({num_replicas} replicas x "
+                              f"{num_partitions} partitions)")
         if not has_channel:
             kind, num_ids = "replica", num_replicas
         elif global_ids:
-            if num_replicas > 1 and num_partitions > 1:
-                raise Unsupported("flattened device ids over several replicas and partitions")
             kind, num_ids = ("replica", num_replicas) if num_replicas > 1 else (
                 "partition", num_partitions)
         elif num_replicas == 1:
@@ -73,15 +75,22 @@ class Ring:
             if groups and groups != [[0]]:
                 raise Unsupported("cross-replica-and-partition groups other than [[0]]")
             kind, num_ids, groups = "partition", num_partitions, []
-        elif num_partitions == 1:
-            kind, num_ids = "replica", num_replicas
         else:
-            raise Unsupported("cross-replica-and-partition groups over several partitions")
+            kind, num_ids = "replica", num_replicas
         if not groups:
             groups = [list(range(num_ids))]
         _check_partition(groups, num_ids)
         auto = auto_axes_at(op, scan) if kind == "partition" else None
         return cls(tuple(tuple(g) for g in groups), kind, num_ids, auto)
+
+
+def _check_unconditional(op: ir.Operation) -> None:
+    """Every device reaches `op`: it is not inside a branch of stablehlo.if / case."""
+    parent = op.parent
+    while parent is not None and parent.name != "builtin.module":
+        if parent.name in ("stablehlo.if", "stablehlo.case"):
+            raise Unsupported(f"inside a {parent.name} branch: the devices may not all take it")
+        parent = parent.parent
 
 
 def _module_sizes(op: ir.Operation) -> tuple[int, int]:

@@ -108,7 +108,11 @@ class OverlapAllGatherMatmul(RewritePass):
         for use in uses:
             if use.user.name == "stablehlo.dot_general" and all(d.user != use.user for d in dots):
                 dots.append(use)
-        if len(gather.operands) != 1 or not dots:
+        if len(gather.operands) != 1:
+            raise NoMatch
+        if not dots:
+            if any(use.user.name == "stablehlo.optimization_barrier" for use in uses):
+                raise Unsupported("an optimization_barrier separates it from its users")
             raise NoMatch
         ring = Ring.from_collective(gather, scan)
         shard = gather.operands[0]

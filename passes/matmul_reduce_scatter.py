@@ -44,6 +44,8 @@ class OverlapMatmulReduceScatter(RewritePass):
         top, between, dim = producer(scatter.operands[0], scatter_dim)
         dots, adds = summed_dots(top)
         if not dots:
+            if top is not None and top.name == "stablehlo.optimization_barrier":
+                raise Unsupported("an optimization_barrier separates it from its operand")
             raise NoMatch
         if not is_add_reduction(scatter.regions[0]):
             raise Unsupported("reduction is not a plain add")

@@ -130,3 +130,38 @@ def test_directory_and_missing_inputs(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith("overlap-opt: error: ") and "Traceback" not in err
     assert out.read_text() == "precious"
+
+
+GUARDED = """module attributes {{mhlo.num_partitions = {p} : i32, mhlo.num_replicas = {r} : i32}} {{
+  func.func @f(%x: tensor<2x16xf32>, %w: tensor<16x8xf32>, %c: tensor<i1>) -> tensor<8x8xf32> {{
+    {body}
+  }}
+}}
+"""
+AG = ('"stablehlo.all_gather"({x}) <{{all_gather_dim = 0 : i64, channel_handle = '
+      '#stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> '
+      ': tensor<1x4xi64>, use_global_device_ids}}> : (tensor<2x16xf32>) -> tensor<8x16xf32>')
+DOT = ("stablehlo.dot_general {g}, %w, contracting_dims = [1] x [0] : "
+       "(tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>")
+
+
+@pytest.mark.parametrize("p, r, body, reason", [
+    (4, 1, f"%0 = {AG.format(x='%x')}\n    %1 = stablehlo.optimization_barrier %0 : "
+     f"tensor<8x16xf32>\n    %2 = {DOT.format(g='%1')}\n    return %2 : tensor<8x8xf32>",
+     "an optimization_barrier separates it"),
+    (4, 1, f"%0 = \"stablehlo.if\"(%c) ({{\n      %1 = {AG.format(x='%x')}\n      %2 = "
+     f"{DOT.format(g='%1')}\n      stablehlo.return %2 : tensor<8x8xf32>\n    }}, {{\n      "
+     f"%3 = stablehlo.constant dense<0.0> : tensor<8x8xf32>\n      stablehlo.return %3 : "
+     f"tensor<8x8xf32>\n    }}) : (tensor<i1>) -> tensor<8x8xf32>\n    return %0 : tensor<8x8xf32>",
+     "inside a stablehlo.if branch"),
+    (2, 2, f"%0 = {AG.format(x='%x')}\n    %1 = {DOT.format(g='%0')}\n    return %1 : "
+     "tensor<8x8xf32>", "replica and partition ids mixed"),
+])
+def test_semantics_guards_leave_sites_unchanged_with_a_remark(tmp_path, capsys, p, r, body,
+                                                              reason):
+    code, out = run(tmp_path, GUARDED.format(p=p, r=r, body=body), "--threshold-mib=0",
+                    "--remarks")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "left unchanged: " + reason in err
+    assert "collective_permute" not in out.read_text()
