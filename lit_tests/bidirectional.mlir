@@ -1,62 +1,60 @@
 // RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 bidirectional=true},overlap-matmul-reduce-scatter{threshold-mib=0 bidirectional=true})' --split-input-file | FileCheck %s
 // RUN: overlap-opt %s --threshold-mib=0 --bidirectional --split-input-file | FileCheck %s --check-prefix=FLAG
 // RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0},overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file | FileCheck %s --check-prefix=ONEWAY
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 bidirectional=true},overlap-matmul-reduce-scatter{threshold-mib=0 bidirectional=true})' --split-input-file | FileCheck %s --check-prefix=SENDS
 
 // bidirectional=true: two streams, one shifting down the ring (position q sends to
 // q-1, so after k shifts p holds the shard of p+k) and one shifting up (q sends to
 // q+1: p holds p-k). Each round multiplies the two held shards side by side in ONE
 // dot (a stablehlo.concatenate of the two feeds it) and writes or adds the two
-// halves at their own block offsets. Groups of 2 fall back to one stream; odd groups
-// use both streams in every round after round 0. The FLAG prefix checks that the
-// --bidirectional flag reaches the passes through the default pipeline; ONEWAY that
-// without it every ring has one direction only.
+// halves at their own block offsets. Every all_gather ring sends N - 1 shards in
+// all. Odd groups use both streams in every round after round 0: (N - 1) / 2
+// permutes each way. Even groups: the down stream alone reaches block p + N/2, so
+// in the round before the last both shards are multiplied but only the down one
+// is sent on: N/2 permutes down and N/2 - 1 up. Groups of 2 fall back to one
+// stream. The FLAG prefix checks that the --bidirectional flag reaches the passes
+// through the default pipeline; ONEWAY that without it every ring has one
+// direction only. SENDS lists every permute of an all_gather ring in order, with
+// its direction, and nothing else that sends (nor a loop where no round is
+// uniform), independently of how the index arithmetic is laid out.
 
-// All_gather, free dim of the lhs, one group of 4 (N = 4, 2 rounds after round 0):
-// round 0 multiplies the own shard and sends it both ways (handles 2 and 3). The
-// loop runs round 1: both permutes read the carried shards, the concatenate of the
-// same two carried shards feeds the one dot, whose halves go to blocks (p + k) mod 4
-// and (p + 4 - k) mod 4. Round 2 (p + 2, reached by the down stream) is peeled and
-// uses the down shard only.
+// All_gather, free dim of the lhs, one group of 4 (N = 4, rounds 1 and 2 after
+// round 0): 3 permutes, 2 down and 1 up, and no loop (no round is uniform).
+// Round 0 multiplies the own shard and sends it both ways (handles 2 and 3).
+// Round 1 sends only the down shard on (handle 4) while one dot multiplies the
+// concatenate of the two received shards; its halves go to blocks p + 1 and
+// p + 3 (= p - 1). Round 2 multiplies round 1's down shard (block p + 2).
 // CHECK-LABEL: func.func @ag_free_lhs_4
 // CHECK-SAME: (%[[A4_X:.*]]: tensor<2x16xf32>, %[[A4_W:.*]]: tensor<16x8xf32>)
 // CHECK-NOT: stablehlo.all_gather
+// CHECK-NOT: stablehlo.while
 // CHECK: %[[A4_POS:.*]] = stablehlo.reshape {{.*}} : (tensor<1xi32>) -> tensor<i32>
+// CHECK: %[[A4_TWO:.*]] = stablehlo.constant dense<2> : tensor<i32>
 // CHECK: %[[A4_P0:.*]] = stablehlo.dot_general %[[A4_X]], %[[A4_W]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
 // CHECK: %[[A4_ACC0:.*]] = stablehlo.dynamic_update_slice %{{.*}}, %[[A4_P0]],
 // CHECK-NEXT: %[[A4_DOWN0:.*]] = "stablehlo.collective_permute"(%[[A4_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]> : tensor<4x2xi64>}>
 // CHECK-NEXT: %[[A4_UP0:.*]] = "stablehlo.collective_permute"(%[[A4_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0]]> : tensor<4x2xi64>}>
-// CHECK: %[[A4_LOOP:.*]]:6 = stablehlo.while(%[[A4_K:[^ ]+]] = %{{[^ ]+}}, %[[A4_DOWN:[^ ]+]] = %[[A4_DOWN0]], %[[A4_UP:[^ ]+]] = %[[A4_UP0]], %[[A4_ACC:[^ ]+]] = %[[A4_ACC0]], %[[A4_OTHER:[^ ]+]] = %[[A4_W]], %[[A4_P:[^ ]+]] = %[[A4_POS]])
-// CHECK: cond {
-// CHECK-NEXT: %[[A4_STOP:.*]] = stablehlo.constant dense<2> : tensor<i32>
-// CHECK-NEXT: stablehlo.compare LT, %[[A4_K]], %[[A4_STOP]], SIGNED
-// CHECK: } do {
-// CHECK-NEXT: %[[A4_DMOVED:.*]] = "stablehlo.collective_permute"(%[[A4_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]> : tensor<4x2xi64>}>
-// CHECK-NEXT: %[[A4_UMOVED:.*]] = "stablehlo.collective_permute"(%[[A4_UP]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0]]> : tensor<4x2xi64>}>
-// CHECK-NEXT: %[[A4_JD:.*]] = stablehlo.add %[[A4_P]], %[[A4_K]] : tensor<i32>
+// CHECK-NEXT: %[[A4_DOWN1:.*]] = "stablehlo.collective_permute"(%[[A4_DOWN0]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]> : tensor<4x2xi64>}>
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: %[[A4_ONE:.*]] = stablehlo.constant dense<1> : tensor<i32>
+// CHECK-NEXT: %[[A4_JD:.*]] = stablehlo.add %[[A4_POS]], %[[A4_ONE]] : tensor<i32>
 // CHECK: %[[A4_MD:.*]] = stablehlo.remainder %[[A4_JD]], %{{[^ ]+}}
 // CHECK: %[[A4_OFFD:.*]] = stablehlo.multiply %[[A4_MD]], %{{[^ ]+}}
-// CHECK: %[[A4_PN:.*]] = stablehlo.add %[[A4_P]], %{{[^ ]+}}
-// CHECK-NEXT: %[[A4_JU:.*]] = stablehlo.subtract %[[A4_PN]], %[[A4_K]]
+// CHECK: %[[A4_THREE:.*]] = stablehlo.constant dense<3> : tensor<i32>
+// CHECK-NEXT: %[[A4_JU:.*]] = stablehlo.add %[[A4_POS]], %[[A4_THREE]] : tensor<i32>
 // CHECK: %[[A4_MU:.*]] = stablehlo.remainder %[[A4_JU]], %{{[^ ]+}}
 // CHECK: %[[A4_OFFU:.*]] = stablehlo.multiply %[[A4_MU]], %{{[^ ]+}}
-// CHECK: %[[A4_CAT:.*]] = stablehlo.concatenate %[[A4_DOWN]], %[[A4_UP]], dim = 0 : (tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<4x16xf32>
-// CHECK-NEXT: %[[A4_PART:.*]] = stablehlo.dot_general %[[A4_CAT]], %[[A4_OTHER]], contracting_dims = [1] x [0] : (tensor<4x16xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: %[[A4_CAT:.*]] = stablehlo.concatenate %[[A4_DOWN0]], %[[A4_UP0]], dim = 0 : (tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<4x16xf32>
+// CHECK-NEXT: %[[A4_PART:.*]] = stablehlo.dot_general %[[A4_CAT]], %[[A4_W]], contracting_dims = [1] x [0] : (tensor<4x16xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
 // CHECK-NEXT: %[[A4_HD:.*]] = stablehlo.slice %[[A4_PART]] [0:2, 0:8]
-// CHECK: %[[A4_U1:.*]] = stablehlo.dynamic_update_slice %[[A4_ACC]], %[[A4_HD]], %[[A4_OFFD]], %{{[^ ]+}}
+// CHECK: %[[A4_U1:.*]] = stablehlo.dynamic_update_slice %[[A4_ACC0]], %[[A4_HD]], %[[A4_OFFD]], %{{[^ ]+}}
 // CHECK-NEXT: %[[A4_HU:.*]] = stablehlo.slice %[[A4_PART]] [2:4, 0:8]
 // CHECK: %[[A4_U2:.*]] = stablehlo.dynamic_update_slice %[[A4_U1]], %[[A4_HU]], %[[A4_OFFU]], %{{[^ ]+}}
-// CHECK-NOT: stablehlo.collective_permute
-// CHECK-NOT: stablehlo.dot_general
-// CHECK: %[[A4_NEXT:.*]] = stablehlo.add %[[A4_K]], %{{[^ ]+}}
-// CHECK-NEXT: stablehlo.return %[[A4_NEXT]], %[[A4_DMOVED]], %[[A4_UMOVED]], %[[A4_U2]], %[[A4_OTHER]], %[[A4_P]] :
-// CHECK-NEXT: }
-// CHECK-NOT: stablehlo.concatenate
-// CHECK-NOT: stablehlo.collective_permute
-// CHECK: %[[A4_JL:.*]] = stablehlo.add %[[A4_POS]], %{{[^ ]+}}
-// CHECK-NOT: stablehlo.concatenate
-// CHECK-NOT: stablehlo.collective_permute
-// CHECK: %[[A4_LAST:.*]] = stablehlo.dot_general %[[A4_LOOP]]#1, %[[A4_W]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
-// CHECK-NEXT: %[[A4_OUT:.*]] = stablehlo.dynamic_update_slice %[[A4_LOOP]]#3, %[[A4_LAST]]
+// CHECK-NEXT: %[[A4_JL:.*]] = stablehlo.add %[[A4_POS]], %[[A4_TWO]] : tensor<i32>
+// CHECK: %[[A4_ML:.*]] = stablehlo.remainder %[[A4_JL]], %{{[^ ]+}}
+// CHECK: %[[A4_OFFL:.*]] = stablehlo.multiply %[[A4_ML]], %{{[^ ]+}}
+// CHECK-NEXT: %[[A4_LAST:.*]] = stablehlo.dot_general %[[A4_DOWN1]], %[[A4_W]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK: %[[A4_OUT:.*]] = stablehlo.dynamic_update_slice %[[A4_U2]], %[[A4_LAST]], %[[A4_OFFL]], %{{[^ ]+}}
 // CHECK-NEXT: return %[[A4_OUT]] : tensor<8x8xf32>
 // FLAG-LABEL: func.func @ag_free_lhs_4
 // FLAG: "stablehlo.collective_permute"(%arg0) {{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]>
@@ -66,6 +64,13 @@
 // ONEWAY-NOT: {{\[}}[0, 1], [1, 2], [2, 3], [3, 0]]
 // ONEWAY-NOT: stablehlo.concatenate
 // ONEWAY: return
+// SENDS-LABEL: func.func @ag_free_lhs_4
+// SENDS-NOT: stablehlo.while
+// SENDS: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0]]
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]
+// SENDS-NOT: {{stablehlo.while|collective_permute}}
+// SENDS: return
 module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @ag_free_lhs_4(%arg0: tensor<2x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
     %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
@@ -76,31 +81,73 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// All_gather, free dim of the rhs, one group of 8 (4 rounds after round 0): the
-// loop runs rounds 1..3; the concatenate of the carried shards is along the
-// gathered dim (1) and stays the dot's rhs.
+// All_gather, free dim of the rhs, one group of 8 (4 rounds after round 0): 7
+// permutes, 4 down and 3 up. Round 0 sends both ways; the loop runs rounds 1 and
+// 2, each sending both carried shards on; round 3, peeled, multiplies both
+// carried shards (blocks p + 3 and p + 5) but sends only the down one on; round 4
+// multiplies that shard (block p + 4). The concatenate of the two shards is along
+// the gathered dim (1) and stays the dot's rhs.
 // CHECK-LABEL: func.func @ag_free_rhs_8
 // CHECK-SAME: (%[[A8_A:.*]]: tensor<8x16xf32>, %[[A8_X:.*]]: tensor<16x1xf32>)
 // CHECK-NOT: stablehlo.all_gather
+// CHECK: %[[A8_POS:.*]] = stablehlo.reshape {{.*}} : (tensor<1xi32>) -> tensor<i32>
 // CHECK: %[[A8_DOWN0:.*]] = "stablehlo.collective_permute"(%[[A8_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK-NEXT: %[[A8_UP0:.*]] = "stablehlo.collective_permute"(%[[A8_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
-// CHECK: %[[A8_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[A8_DOWN:[^ ]+]] = %[[A8_DOWN0]], %[[A8_UP:[^ ]+]] = %[[A8_UP0]], %{{[^ ]+}} = %{{[^ ]+}}, %[[A8_OTHER:[^ ]+]] = %[[A8_A]], %{{.*}})
-// CHECK: stablehlo.constant dense<4> : tensor<i32>
+// CHECK-NEXT: %[[A8_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[A8_DOWN:[^ ]+]] = %[[A8_DOWN0]], %[[A8_UP:[^ ]+]] = %[[A8_UP0]], %{{[^ ]+}} = %{{[^ ]+}}, %[[A8_OTHER:[^ ]+]] = %[[A8_A]], %{{.*}})
+// CHECK: cond {
+// CHECK-NEXT: stablehlo.constant dense<3> : tensor<i32>
 // CHECK: } do {
 // CHECK-NEXT: "stablehlo.collective_permute"(%[[A8_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK-NEXT: "stablehlo.collective_permute"(%[[A8_UP]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[A8_CAT:.*]] = stablehlo.concatenate %[[A8_DOWN]], %[[A8_UP]], dim = 1 : (tensor<16x1xf32>, tensor<16x1xf32>) -> tensor<16x2xf32>
 // CHECK-NEXT: stablehlo.dot_general %[[A8_OTHER]], %[[A8_CAT]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x2xf32>) -> tensor<8x2xf32>
 // CHECK: stablehlo.slice %{{.*}} [0:8, 0:1]
 // CHECK: stablehlo.slice %{{.*}} [0:8, 1:2]
 // CHECK: stablehlo.return
+// CHECK-NEXT: }
+// CHECK-NEXT: %[[A8_DOWN3:.*]] = "stablehlo.collective_permute"(%[[A8_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: stablehlo.dot_general %[[A8_A]], %[[A8_LOOP]]#1
-// CHECK-NOT: stablehlo.collective_permute
-// CHECK: return
+// CHECK: %[[A8_THREE:.*]] = stablehlo.constant dense<3> : tensor<i32>
+// CHECK-NEXT: %[[A8_J3:.*]] = stablehlo.add %[[A8_POS]], %[[A8_THREE]] : tensor<i32>
+// CHECK: %[[A8_M3:.*]] = stablehlo.remainder %[[A8_J3]], %{{[^ ]+}}
+// CHECK: %[[A8_OFF3:.*]] = stablehlo.multiply %[[A8_M3]], %{{[^ ]+}}
+// CHECK: %[[A8_FIVE:.*]] = stablehlo.constant dense<5> : tensor<i32>
+// CHECK-NEXT: %[[A8_J5:.*]] = stablehlo.add %[[A8_POS]], %[[A8_FIVE]] : tensor<i32>
+// CHECK: %[[A8_M5:.*]] = stablehlo.remainder %[[A8_J5]], %{{[^ ]+}}
+// CHECK: %[[A8_OFF5:.*]] = stablehlo.multiply %[[A8_M5]], %{{[^ ]+}}
+// CHECK-NEXT: %[[A8_CAT3:.*]] = stablehlo.concatenate %[[A8_LOOP]]#1, %[[A8_LOOP]]#2, dim = 1 : (tensor<16x1xf32>, tensor<16x1xf32>) -> tensor<16x2xf32>
+// CHECK-NEXT: %[[A8_PART3:.*]] = stablehlo.dot_general %[[A8_A]], %[[A8_CAT3]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x2xf32>) -> tensor<8x2xf32>
+// CHECK-NEXT: %[[A8_H3:.*]] = stablehlo.slice %[[A8_PART3]] [0:8, 0:1]
+// CHECK: %[[A8_U3:.*]] = stablehlo.dynamic_update_slice %[[A8_LOOP]]#3, %[[A8_H3]], %{{[^ ]+}}, %[[A8_OFF3]]
+// CHECK-NEXT: %[[A8_H5:.*]] = stablehlo.slice %[[A8_PART3]] [0:8, 1:2]
+// CHECK: %[[A8_U5:.*]] = stablehlo.dynamic_update_slice %[[A8_U3]], %[[A8_H5]], %{{[^ ]+}}, %[[A8_OFF5]]
+// CHECK: %[[A8_FOUR:.*]] = stablehlo.constant dense<4> : tensor<i32>
+// CHECK-NEXT: %[[A8_J4:.*]] = stablehlo.add %[[A8_POS]], %[[A8_FOUR]] : tensor<i32>
+// CHECK: %[[A8_M4:.*]] = stablehlo.remainder %[[A8_J4]], %{{[^ ]+}}
+// CHECK: %[[A8_OFF4:.*]] = stablehlo.multiply %[[A8_M4]], %{{[^ ]+}}
+// CHECK-NEXT: %[[A8_LAST:.*]] = stablehlo.dot_general %[[A8_A]], %[[A8_DOWN3]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x1xf32>) -> tensor<8x1xf32>
+// CHECK: %[[A8_OUT:.*]] = stablehlo.dynamic_update_slice %[[A8_U5]], %[[A8_LAST]], %{{[^ ]+}}, %[[A8_OFF4]]
+// CHECK-NEXT: return %[[A8_OUT]] : tensor<8x8xf32>
 // FLAG-LABEL: func.func @ag_free_rhs_8
 // FLAG: stablehlo.concatenate
 // FLAG-SAME: tensor<16x2xf32>
+// SENDS-LABEL: func.func @ag_free_rhs_8
+// SENDS-NOT: stablehlo.while
+// SENDS: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1]
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4]
+// SENDS-NOT: collective_permute
+// SENDS: stablehlo.while
+// SENDS-NOT: collective_permute
+// SENDS: } do {
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1]
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4]
+// SENDS-NOT: collective_permute
+// SENDS: stablehlo.return
+// SENDS-NEXT: }
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1]
+// SENDS-NOT: collective_permute
+// SENDS: return
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @ag_free_rhs_8(%arg0: tensor<8x16xf32>, %arg1: tensor<16x1xf32>) -> tensor<8x8xf32> {
     %0 = "stablehlo.all_gather"(%arg1) <{all_gather_dim = 1 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids}> : (tensor<16x1xf32>) -> tensor<16x8xf32>
@@ -111,19 +158,29 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// All_gather, contracting dim of the lhs, one group of 8: the two carried shards are
-// concatenated along the gathered (contracting) dim, the rhs blocks of both streams
-// are sliced and concatenated along the paired contracting dim, and one dot sums
-// both blocks into the accumulator.
+// All_gather, contracting dim of the lhs, one group of 8: round 0's product is
+// the accumulator's first value (no zero constant, no add before the loop). In
+// the loop the two carried shards are concatenated along the gathered
+// (contracting) dim, the rhs blocks of both streams are sliced and concatenated
+// along the paired contracting dim, and one dot sums both blocks into the
+// accumulator. Round 3, peeled, does the same on the loop's shards (rhs blocks
+// p + 3 and p + 5) and sends only the down shard on; round 4 adds block p + 4.
 // CHECK-LABEL: func.func @ag_contracting_lhs_8
 // CHECK-SAME: (%[[C8_X:.*]]: tensor<8x2xf32>, %[[C8_W:.*]]: tensor<16x8xf32>)
 // CHECK-NOT: stablehlo.all_gather
-// CHECK: "stablehlo.collective_permute"(%[[C8_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
-// CHECK: "stablehlo.collective_permute"(%[[C8_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]>
-// CHECK: %[[C8_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[C8_DOWN:[^ ]+]] = %{{[^ ]+}}, %[[C8_UP:[^ ]+]] = %{{[^ ]+}}, %[[C8_ACC:[^ ]+]] = %{{[^ ]+}}, %[[C8_OTHER:[^ ]+]] = %[[C8_W]], %{{.*}})
+// CHECK-NOT: stablehlo.constant dense<0.000000e+00>
+// CHECK: %[[C8_POS:.*]] = stablehlo.reshape {{.*}} : (tensor<1xi32>) -> tensor<i32>
+// CHECK-NOT: stablehlo.constant dense<0.000000e+00>
+// CHECK: %[[C8_S0:.*]] = stablehlo.dynamic_slice %[[C8_W]], %{{.*}}, %{{.*}}, sizes = [2, 8] : (tensor<16x8xf32>, tensor<i32>, tensor<i32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[C8_ACC0:.*]] = stablehlo.dot_general %[[C8_X]], %[[C8_S0]], contracting_dims = [1] x [0] : (tensor<8x2xf32>, tensor<2x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[C8_DOWN0:.*]] = "stablehlo.collective_permute"(%[[C8_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
+// CHECK-NEXT: %[[C8_UP0:.*]] = "stablehlo.collective_permute"(%[[C8_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]>
+// CHECK-NOT: stablehlo.add
+// CHECK: %[[C8_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[C8_DOWN:[^ ]+]] = %[[C8_DOWN0]], %[[C8_UP:[^ ]+]] = %[[C8_UP0]], %[[C8_ACC:[^ ]+]] = %[[C8_ACC0]], %[[C8_OTHER:[^ ]+]] = %[[C8_W]], %{{.*}})
 // CHECK: } do {
 // CHECK-NEXT: "stablehlo.collective_permute"(%[[C8_DOWN]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
 // CHECK-NEXT: "stablehlo.collective_permute"(%[[C8_UP]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]>
+// CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[C8_OFFD:.*]] = stablehlo.multiply
 // CHECK: stablehlo.subtract
 // CHECK: %[[C8_OFFU:.*]] = stablehlo.multiply
@@ -134,10 +191,47 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: %[[C8_PART:.*]] = stablehlo.dot_general %[[C8_CAT]], %[[C8_WCAT]], contracting_dims = [1] x [0] : (tensor<8x4xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
 // CHECK-NEXT: stablehlo.add %[[C8_ACC]], %[[C8_PART]] : tensor<8x8xf32>
 // CHECK: stablehlo.return
+// CHECK-NEXT: }
+// CHECK-NEXT: %[[C8_DOWN3:.*]] = "stablehlo.collective_permute"(%[[C8_LOOP]]#1) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: %[[C8_LAST:.*]] = stablehlo.dot_general %[[C8_LOOP]]#1, %{{.*}} : (tensor<8x2xf32>, tensor<2x8xf32>) -> tensor<8x8xf32>
-// CHECK-NEXT: %[[C8_OUT:.*]] = stablehlo.add %[[C8_LOOP]]#3, %[[C8_LAST]]
+// CHECK: %[[C8_THREE:.*]] = stablehlo.constant dense<3> : tensor<i32>
+// CHECK-NEXT: %[[C8_J3:.*]] = stablehlo.add %[[C8_POS]], %[[C8_THREE]] : tensor<i32>
+// CHECK: %[[C8_M3:.*]] = stablehlo.remainder %[[C8_J3]], %{{[^ ]+}}
+// CHECK: %[[C8_OFF3:.*]] = stablehlo.multiply %[[C8_M3]], %{{[^ ]+}}
+// CHECK: %[[C8_FIVE:.*]] = stablehlo.constant dense<5> : tensor<i32>
+// CHECK-NEXT: %[[C8_J5:.*]] = stablehlo.add %[[C8_POS]], %[[C8_FIVE]] : tensor<i32>
+// CHECK: %[[C8_M5:.*]] = stablehlo.remainder %[[C8_J5]], %{{[^ ]+}}
+// CHECK: %[[C8_OFF5:.*]] = stablehlo.multiply %[[C8_M5]], %{{[^ ]+}}
+// CHECK-NEXT: %[[C8_CAT3:.*]] = stablehlo.concatenate %[[C8_LOOP]]#1, %[[C8_LOOP]]#2, dim = 1 : (tensor<8x2xf32>, tensor<8x2xf32>) -> tensor<8x4xf32>
+// CHECK: %[[C8_S3:.*]] = stablehlo.dynamic_slice %[[C8_W]], %[[C8_OFF3]], %{{.*}}, sizes = [2, 8]
+// CHECK: %[[C8_S5:.*]] = stablehlo.dynamic_slice %[[C8_W]], %[[C8_OFF5]], %{{.*}}, sizes = [2, 8]
+// CHECK-NEXT: %[[C8_WCAT3:.*]] = stablehlo.concatenate %[[C8_S3]], %[[C8_S5]], dim = 0 : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: %[[C8_PART3:.*]] = stablehlo.dot_general %[[C8_CAT3]], %[[C8_WCAT3]], contracting_dims = [1] x [0] : (tensor<8x4xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[C8_SUM3:.*]] = stablehlo.add %[[C8_LOOP]]#3, %[[C8_PART3]] : tensor<8x8xf32>
+// CHECK: %[[C8_FOUR:.*]] = stablehlo.constant dense<4> : tensor<i32>
+// CHECK-NEXT: %[[C8_J4:.*]] = stablehlo.add %[[C8_POS]], %[[C8_FOUR]] : tensor<i32>
+// CHECK: %[[C8_M4:.*]] = stablehlo.remainder %[[C8_J4]], %{{[^ ]+}}
+// CHECK: %[[C8_OFF4:.*]] = stablehlo.multiply %[[C8_M4]], %{{[^ ]+}}
+// CHECK: %[[C8_S4:.*]] = stablehlo.dynamic_slice %[[C8_W]], %[[C8_OFF4]], %{{.*}}, sizes = [2, 8]
+// CHECK-NEXT: %[[C8_LAST:.*]] = stablehlo.dot_general %[[C8_DOWN3]], %[[C8_S4]], contracting_dims = [1] x [0] : (tensor<8x2xf32>, tensor<2x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[C8_OUT:.*]] = stablehlo.add %[[C8_SUM3]], %[[C8_LAST]] : tensor<8x8xf32>
 // CHECK-NEXT: return %[[C8_OUT]]
+// SENDS-LABEL: func.func @ag_contracting_lhs_8
+// SENDS-NOT: stablehlo.while
+// SENDS: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1]
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4]
+// SENDS-NOT: collective_permute
+// SENDS: stablehlo.while
+// SENDS-NOT: collective_permute
+// SENDS: } do {
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1]
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4]
+// SENDS-NOT: collective_permute
+// SENDS: stablehlo.return
+// SENDS-NEXT: }
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1]
+// SENDS-NOT: collective_permute
+// SENDS: return
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @ag_contracting_lhs_8(%arg0: tensor<8x2xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
     %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 1 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids}> : (tensor<8x2xf32>) -> tensor<8x16xf32>
@@ -150,24 +244,54 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // All_gather, contracting dim of the rhs, strided groups of 4 [[0,2,4,6],[1,3,5,7]]:
 // the down stream sends 2 -> 0, 4 -> 2, ... and the up stream 0 -> 2, 2 -> 4, ...
-// within each group; the lhs blocks of both streams are concatenated along dim 1.
+// within each group. No loop: 3 permutes, 2 down and 1 up. Round 0's product (lhs
+// block p) is the accumulator's first value, with no zero constant and no add.
+// Round 1 sends only the down shard on and adds one dot over both received shards,
+// the lhs blocks p + 1 and p + 3 concatenated along dim 1; round 2 adds lhs block
+// p + 2 times round 1's down shard.
 // CHECK-LABEL: func.func @ag_contracting_rhs_4
 // CHECK-SAME: (%[[CR4_A:.*]]: tensor<8x16xf32>, %[[CR4_X:.*]]: tensor<4x8xf32>)
 // CHECK-NOT: stablehlo.all_gather
+// CHECK-NOT: stablehlo.while
+// CHECK-NOT: stablehlo.constant dense<0.000000e+00>
 // CHECK: stablehlo.constant dense<[0, 0, 1, 1, 2, 2, 3, 3]> : tensor<8xi32>
-// CHECK: "stablehlo.collective_permute"(%[[CR4_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
-// CHECK-NEXT: "stablehlo.collective_permute"(%[[CR4_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 2], [2, 4], [4, 6], [6, 0], [1, 3], [3, 5], [5, 7], [7, 1]]>
-// CHECK: stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[CR4_DOWN:[^ ]+]] = %{{[^ ]+}}, %[[CR4_UP:[^ ]+]] = %{{[^ ]+}}, %[[CR4_ACC:[^ ]+]] = %{{[^ ]+}}, %[[CR4_OTHER:[^ ]+]] = %[[CR4_A]], %{{.*}})
-// CHECK: } do {
-// CHECK-NEXT: "stablehlo.collective_permute"(%[[CR4_DOWN]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
-// CHECK-NEXT: "stablehlo.collective_permute"(%[[CR4_UP]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 2], [2, 4], [4, 6], [6, 0], [1, 3], [3, 5], [5, 7], [7, 1]]>
-// CHECK: %[[CR4_CAT:.*]] = stablehlo.concatenate %[[CR4_DOWN]], %[[CR4_UP]], dim = 0 : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
-// CHECK: %[[CR4_ACAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 1 : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x8xf32>
-// CHECK-NEXT: %[[CR4_PART:.*]] = stablehlo.dot_general %[[CR4_ACAT]], %[[CR4_CAT]], contracting_dims = [1] x [0]
-// CHECK-NEXT: stablehlo.add %[[CR4_ACC]], %[[CR4_PART]]
-// CHECK: stablehlo.return
+// CHECK: %[[CR4_POS:.*]] = stablehlo.reshape {{.*}} : (tensor<1xi32>) -> tensor<i32>
+// CHECK-NOT: stablehlo.constant dense<0.000000e+00>
+// CHECK: %[[CR4_S0:.*]] = stablehlo.dynamic_slice %[[CR4_A]], %{{.*}}, %{{.*}}, sizes = [8, 4] : (tensor<8x16xf32>, tensor<i32>, tensor<i32>) -> tensor<8x4xf32>
+// CHECK-NEXT: %[[CR4_ACC0:.*]] = stablehlo.dot_general %[[CR4_S0]], %[[CR4_X]], contracting_dims = [1] x [0] : (tensor<8x4xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[CR4_DOWN0:.*]] = "stablehlo.collective_permute"(%[[CR4_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
+// CHECK-NEXT: %[[CR4_UP0:.*]] = "stablehlo.collective_permute"(%[[CR4_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 2], [2, 4], [4, 6], [6, 0], [1, 3], [3, 5], [5, 7], [7, 1]]>
+// CHECK-NEXT: %[[CR4_DOWN1:.*]] = "stablehlo.collective_permute"(%[[CR4_DOWN0]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: return
+// CHECK: %[[CR4_ONE:.*]] = stablehlo.constant dense<1> : tensor<i32>
+// CHECK-NEXT: %[[CR4_J1:.*]] = stablehlo.add %[[CR4_POS]], %[[CR4_ONE]] : tensor<i32>
+// CHECK: %[[CR4_M1:.*]] = stablehlo.remainder %[[CR4_J1]], %{{[^ ]+}}
+// CHECK: %[[CR4_OFF1:.*]] = stablehlo.multiply %[[CR4_M1]], %{{[^ ]+}}
+// CHECK: %[[CR4_THREE:.*]] = stablehlo.constant dense<3> : tensor<i32>
+// CHECK-NEXT: %[[CR4_J3:.*]] = stablehlo.add %[[CR4_POS]], %[[CR4_THREE]] : tensor<i32>
+// CHECK: %[[CR4_M3:.*]] = stablehlo.remainder %[[CR4_J3]], %{{[^ ]+}}
+// CHECK: %[[CR4_OFF3:.*]] = stablehlo.multiply %[[CR4_M3]], %{{[^ ]+}}
+// CHECK-NEXT: %[[CR4_CAT:.*]] = stablehlo.concatenate %[[CR4_DOWN0]], %[[CR4_UP0]], dim = 0 : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+// CHECK: %[[CR4_S1:.*]] = stablehlo.dynamic_slice %[[CR4_A]], %{{[^ ]+}}, %[[CR4_OFF1]], sizes = [8, 4]
+// CHECK: %[[CR4_S3:.*]] = stablehlo.dynamic_slice %[[CR4_A]], %{{[^ ]+}}, %[[CR4_OFF3]], sizes = [8, 4]
+// CHECK-NEXT: %[[CR4_ACAT:.*]] = stablehlo.concatenate %[[CR4_S1]], %[[CR4_S3]], dim = 1 : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[CR4_PART:.*]] = stablehlo.dot_general %[[CR4_ACAT]], %[[CR4_CAT]], contracting_dims = [1] x [0]
+// CHECK-NEXT: %[[CR4_SUM:.*]] = stablehlo.add %[[CR4_ACC0]], %[[CR4_PART]] : tensor<8x8xf32>
+// CHECK: %[[CR4_TWO:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// CHECK-NEXT: %[[CR4_J2:.*]] = stablehlo.add %[[CR4_POS]], %[[CR4_TWO]] : tensor<i32>
+// CHECK: %[[CR4_M2:.*]] = stablehlo.remainder %[[CR4_J2]], %{{[^ ]+}}
+// CHECK: %[[CR4_OFF2:.*]] = stablehlo.multiply %[[CR4_M2]], %{{[^ ]+}}
+// CHECK: %[[CR4_S2:.*]] = stablehlo.dynamic_slice %[[CR4_A]], %{{[^ ]+}}, %[[CR4_OFF2]], sizes = [8, 4]
+// CHECK-NEXT: %[[CR4_LAST:.*]] = stablehlo.dot_general %[[CR4_S2]], %[[CR4_DOWN1]], contracting_dims = [1] x [0] : (tensor<8x4xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[CR4_OUT:.*]] = stablehlo.add %[[CR4_SUM]], %[[CR4_LAST]] : tensor<8x8xf32>
+// CHECK-NEXT: return %[[CR4_OUT]] : tensor<8x8xf32>
+// SENDS-LABEL: func.func @ag_contracting_rhs_4
+// SENDS-NOT: stablehlo.while
+// SENDS: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4]
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 2], [2, 4], [4, 6], [6, 0]
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4]
+// SENDS-NOT: {{stablehlo.while|collective_permute}}
+// SENDS: return
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @ag_contracting_rhs_4(%arg0: tensor<8x16xf32>, %arg1: tensor<4x8xf32>) -> tensor<8x8xf32> {
     %0 = "stablehlo.all_gather"(%arg1) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 2, 4, 6], [1, 3, 5, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<4x8xf32>) -> tensor<16x8xf32>
@@ -178,32 +302,45 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// All_gather, batch dim of the lhs, 2 groups of 4: the carried shards are
-// concatenated along the batch dim, the rhs batch blocks of both streams likewise,
-// and the result's two batch blocks are written at the two offsets.
+// All_gather, batch dim of the lhs, 2 groups of 4: no loop, 3 permutes (2 down,
+// 1 up). In round 1 the two received shards are concatenated along the batch dim,
+// the rhs batch blocks of both streams likewise, and the result's two batch blocks
+// are written at the two offsets; only the down shard is sent on, and round 2
+// multiplies it.
 // CHECK-LABEL: func.func @ag_batch_lhs_4
 // CHECK-SAME: (%[[B4_X:.*]]: tensor<1x4x16xf32>, %[[B4_W:.*]]: tensor<4x16x8xf32>)
 // CHECK-NOT: stablehlo.all_gather
-// CHECK: "stablehlo.collective_permute"(%[[B4_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]>
-// CHECK-NEXT: "stablehlo.collective_permute"(%[[B4_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4]]>
-// CHECK: stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[B4_DOWN:[^ ]+]] = %{{[^ ]+}}, %[[B4_UP:[^ ]+]] = %{{[^ ]+}}, %[[B4_ACC:[^ ]+]] = %{{[^ ]+}}, %[[B4_OTHER:[^ ]+]] = %[[B4_W]], %{{.*}})
-// CHECK: } do {
-// CHECK-NEXT: "stablehlo.collective_permute"(%[[B4_DOWN]])
-// CHECK-NEXT: "stablehlo.collective_permute"(%[[B4_UP]])
+// CHECK-NOT: stablehlo.while
+// CHECK: %[[B4_ACC0:.*]] = stablehlo.dynamic_update_slice
+// CHECK-NEXT: %[[B4_DOWN0:.*]] = "stablehlo.collective_permute"(%[[B4_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]>
+// CHECK-NEXT: %[[B4_UP0:.*]] = "stablehlo.collective_permute"(%[[B4_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4]]>
+// CHECK-NEXT: %[[B4_DOWN1:.*]] = "stablehlo.collective_permute"(%[[B4_DOWN0]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]>
+// CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[B4_OFFD:.*]] = stablehlo.multiply
 // CHECK: %[[B4_OFFU:.*]] = stablehlo.multiply
-// CHECK-NEXT: %[[B4_CAT:.*]] = stablehlo.concatenate %[[B4_DOWN]], %[[B4_UP]], dim = 0 : (tensor<1x4x16xf32>, tensor<1x4x16xf32>) -> tensor<2x4x16xf32>
-// CHECK: %[[B4_SD:.*]] = stablehlo.dynamic_slice %[[B4_OTHER]], %[[B4_OFFD]], %{{.*}}, %{{.*}}, sizes = [1, 16, 8]
-// CHECK: %[[B4_SU:.*]] = stablehlo.dynamic_slice %[[B4_OTHER]], %[[B4_OFFU]], %{{.*}}, %{{.*}}, sizes = [1, 16, 8]
+// CHECK-NEXT: %[[B4_CAT:.*]] = stablehlo.concatenate %[[B4_DOWN0]], %[[B4_UP0]], dim = 0 : (tensor<1x4x16xf32>, tensor<1x4x16xf32>) -> tensor<2x4x16xf32>
+// CHECK: %[[B4_SD:.*]] = stablehlo.dynamic_slice %[[B4_W]], %[[B4_OFFD]], %{{.*}}, %{{.*}}, sizes = [1, 16, 8]
+// CHECK: %[[B4_SU:.*]] = stablehlo.dynamic_slice %[[B4_W]], %[[B4_OFFU]], %{{.*}}, %{{.*}}, sizes = [1, 16, 8]
 // CHECK-NEXT: %[[B4_WCAT:.*]] = stablehlo.concatenate %[[B4_SD]], %[[B4_SU]], dim = 0 : (tensor<1x16x8xf32>, tensor<1x16x8xf32>) -> tensor<2x16x8xf32>
 // CHECK-NEXT: %[[B4_PART:.*]] = stablehlo.dot_general %[[B4_CAT]], %[[B4_WCAT]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x4x16xf32>, tensor<2x16x8xf32>) -> tensor<2x4x8xf32>
 // CHECK-NEXT: %[[B4_HD:.*]] = stablehlo.slice %[[B4_PART]] [0:1, 0:4, 0:8]
-// CHECK: %[[B4_U1:.*]] = stablehlo.dynamic_update_slice %[[B4_ACC]], %[[B4_HD]], %[[B4_OFFD]],
+// CHECK: %[[B4_U1:.*]] = stablehlo.dynamic_update_slice %[[B4_ACC0]], %[[B4_HD]], %[[B4_OFFD]],
 // CHECK-NEXT: %[[B4_HU:.*]] = stablehlo.slice %[[B4_PART]] [1:2, 0:4, 0:8]
-// CHECK: stablehlo.dynamic_update_slice %[[B4_U1]], %[[B4_HU]], %[[B4_OFFU]],
-// CHECK: stablehlo.return
+// CHECK: %[[B4_U2:.*]] = stablehlo.dynamic_update_slice %[[B4_U1]], %[[B4_HU]], %[[B4_OFFU]],
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: return
+// CHECK-NOT: stablehlo.concatenate
+// CHECK: %[[B4_OFFL:.*]] = stablehlo.multiply
+// CHECK: %[[B4_SL:.*]] = stablehlo.dynamic_slice %[[B4_W]], %[[B4_OFFL]], %{{.*}}, %{{.*}}, sizes = [1, 16, 8]
+// CHECK-NEXT: %[[B4_LAST:.*]] = stablehlo.dot_general %[[B4_DOWN1]], %[[B4_SL]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<1x4x16xf32>, tensor<1x16x8xf32>) -> tensor<1x4x8xf32>
+// CHECK: %[[B4_OUT:.*]] = stablehlo.dynamic_update_slice %[[B4_U2]], %[[B4_LAST]], %[[B4_OFFL]],
+// CHECK-NEXT: return %[[B4_OUT]] : tensor<4x4x8xf32>
+// SENDS-LABEL: func.func @ag_batch_lhs_4
+// SENDS-NOT: stablehlo.while
+// SENDS: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7]
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0], [4, 5]
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7]
+// SENDS-NOT: {{stablehlo.while|collective_permute}}
+// SENDS: return
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @ag_batch_lhs_4(%arg0: tensor<1x4x16xf32>, %arg1: tensor<4x16x8xf32>) -> tensor<4x4x8xf32> {
     %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<1x4x16xf32>) -> tensor<4x4x16xf32>
@@ -214,22 +351,52 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// All_gather, batch dim of the rhs, one group of 8.
+// All_gather, batch dim of the rhs, one group of 8: 7 permutes, 4 down and 3 up.
+// The loop (rounds 1 and 2) sends both carried shards; round 3, after it, sends
+// only the down shard on while one dot multiplies both of the loop's shards;
+// round 4 multiplies the shard round 3 sent.
 // CHECK-LABEL: func.func @ag_batch_rhs_8
 // CHECK-SAME: (%[[B8_A:.*]]: tensor<8x8x16xf32>, %[[B8_X:.*]]: tensor<1x16x4xf32>)
 // CHECK-NOT: stablehlo.all_gather
 // CHECK: "stablehlo.collective_permute"(%[[B8_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
 // CHECK-NEXT: "stablehlo.collective_permute"(%[[B8_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]>
-// CHECK: stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[B8_DOWN:[^ ]+]] = %{{[^ ]+}}, %[[B8_UP:[^ ]+]] = %{{[^ ]+}},
+// CHECK-NEXT: %[[B8_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[B8_DOWN:[^ ]+]] = %{{[^ ]+}}, %[[B8_UP:[^ ]+]] = %{{[^ ]+}},
+// CHECK: cond {
+// CHECK-NEXT: stablehlo.constant dense<3> : tensor<i32>
 // CHECK: } do {
-// CHECK-NEXT: "stablehlo.collective_permute"(%[[B8_DOWN]])
-// CHECK-NEXT: "stablehlo.collective_permute"(%[[B8_UP]])
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[B8_DOWN]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[B8_UP]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]>
+// CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[B8_CAT:.*]] = stablehlo.concatenate %[[B8_DOWN]], %[[B8_UP]], dim = 0 : (tensor<1x16x4xf32>, tensor<1x16x4xf32>) -> tensor<2x16x4xf32>
 // CHECK: %[[B8_ACAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x8x16xf32>, tensor<1x8x16xf32>) -> tensor<2x8x16xf32>
 // CHECK-NEXT: stablehlo.dot_general %[[B8_ACAT]], %[[B8_CAT]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x16xf32>, tensor<2x16x4xf32>) -> tensor<2x8x4xf32>
 // CHECK: stablehlo.return
+// CHECK-NEXT: }
+// CHECK-NEXT: %[[B8_DOWN3:.*]] = "stablehlo.collective_permute"(%[[B8_LOOP]]#1) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: %[[B8_CAT3:.*]] = stablehlo.concatenate %[[B8_LOOP]]#1, %[[B8_LOOP]]#2, dim = 0 : (tensor<1x16x4xf32>, tensor<1x16x4xf32>) -> tensor<2x16x4xf32>
+// CHECK: stablehlo.dot_general %{{.*}}, %[[B8_CAT3]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x16xf32>, tensor<2x16x4xf32>) -> tensor<2x8x4xf32>
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK-NOT: stablehlo.concatenate
+// CHECK: stablehlo.dot_general %{{.*}}, %[[B8_DOWN3]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<1x8x16xf32>, tensor<1x16x4xf32>) -> tensor<1x8x4xf32>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: return
+// SENDS-LABEL: func.func @ag_batch_rhs_8
+// SENDS-NOT: stablehlo.while
+// SENDS: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1]
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4]
+// SENDS-NOT: collective_permute
+// SENDS: stablehlo.while
+// SENDS-NOT: collective_permute
+// SENDS: } do {
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1]
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4]
+// SENDS-NOT: collective_permute
+// SENDS: stablehlo.return
+// SENDS-NEXT: }
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1]
+// SENDS-NOT: collective_permute
+// SENDS: return
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @ag_batch_rhs_8(%arg0: tensor<8x8x16xf32>, %arg1: tensor<1x16x4xf32>) -> tensor<8x8x4xf32> {
     %0 = "stablehlo.all_gather"(%arg1) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids}> : (tensor<1x16x4xf32>) -> tensor<8x16x4xf32>
@@ -264,12 +431,14 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // An odd group: 3 of 6 partitions, groups [[0,1,2],[3,4,5]]. Round 0 sends the own
 // shard (5 rows) both ways; round 1 is the last and uses BOTH streams: the down shard is
 // block p + 1, the up shard block p - 1 = p + 2 (mod 3); no loop iteration remains.
+// 2 permutes in all, one each way (N - 1 = 2 shards received).
 // CHECK-LABEL: func.func @ag_odd
 // CHECK-SAME: (%[[AO_X:.*]]: tensor<5x16xf32>, %[[AO_W:.*]]: tensor<16x8xf32>)
 // CHECK-NOT: stablehlo.while
 // CHECK: %[[AO_POS:.*]] = stablehlo.reshape {{.*}} : (tensor<1xi32>) -> tensor<i32>
 // CHECK: %[[AO_DOWN:.*]] = "stablehlo.collective_permute"(%[[AO_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 2], [1, 0], [2, 1], [3, 5], [4, 3], [5, 4]]> : tensor<6x2xi64>}>
 // CHECK-NEXT: %[[AO_UP:.*]] = "stablehlo.collective_permute"(%[[AO_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 0], [3, 4], [4, 5], [5, 3]]> : tensor<6x2xi64>}>
+// CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[AO_JD:.*]] = stablehlo.add %[[AO_POS]], %{{[^ ]+}}
 // CHECK: %[[AO_MD:.*]] = stablehlo.remainder %[[AO_JD]],
 // CHECK: %[[AO_OFFD:.*]] = stablehlo.multiply %[[AO_MD]],
@@ -284,6 +453,12 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: %[[AO_HU:.*]] = stablehlo.slice %[[AO_PART]] [5:10, 0:8]
 // CHECK: %[[AO_OUT:.*]] = stablehlo.dynamic_update_slice %[[AO_U1]], %[[AO_HU]], %[[AO_OFFU]],
 // CHECK-NEXT: return %[[AO_OUT]]
+// SENDS-LABEL: func.func @ag_odd
+// SENDS-NOT: stablehlo.while
+// SENDS: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 2], [1, 0], [2, 1], [3, 5]
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 0], [3, 4]
+// SENDS-NOT: {{stablehlo.while|collective_permute}}
+// SENDS: return
 module attributes {mhlo.num_partitions = 6 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @ag_odd(%arg0: tensor<5x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<15x8xf32> {
     %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2], [3, 4, 5]]> : tensor<2x3xi64>, use_global_device_ids}> : (tensor<5x16xf32>) -> tensor<15x16xf32>
@@ -294,20 +469,41 @@ module attributes {mhlo.num_partitions = 6 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// An odd group of 5: round 1 runs in the loop, round 2 (blocks p + 2 and p + 3,
-// both streams) after it, from the loop's two carried shards.
+// An odd group of 5: 4 permutes, 2 each way. Round 0 sends both ways; round 1
+// runs in the loop and sends both carried shards on; round 2 (blocks p + 2 and
+// p + 3, both streams) after it, from the loop's two carried shards, sends nothing.
 // CHECK-LABEL: func.func @ag_odd_5
 // CHECK: stablehlo.constant dense<[0, 1, 2, 3, 4]> : tensor<5xi32>
-// CHECK: "stablehlo.collective_permute"(%arg0) {{.*}}source_target_pairs = dense<{{\[}}[0, 4], [1, 0], [2, 1], [3, 2], [4, 3]]>
-// CHECK-NEXT: "stablehlo.collective_permute"(%arg0) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 0]]>
-// CHECK: %[[A5_LOOP:.*]]:6 = stablehlo.while
-// CHECK: stablehlo.constant dense<2> : tensor<i32>
-// CHECK: stablehlo.concatenate
+// CHECK: "stablehlo.collective_permute"(%arg0) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 4], [1, 0], [2, 1], [3, 2], [4, 3]]> : tensor<5x2xi64>}>
+// CHECK-NEXT: "stablehlo.collective_permute"(%arg0) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 0]]> : tensor<5x2xi64>}>
+// CHECK-NEXT: %[[A5_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[A5_DOWN:[^ ]+]] = %{{[^ ]+}}, %[[A5_UP:[^ ]+]] = %{{[^ ]+}},
+// CHECK: cond {
+// CHECK-NEXT: stablehlo.constant dense<2> : tensor<i32>
+// CHECK: } do {
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[A5_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 4], [1, 0], [2, 1], [3, 2], [4, 3]]> : tensor<5x2xi64>}>
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[A5_UP]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 0]]> : tensor<5x2xi64>}>
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: stablehlo.concatenate %[[A5_DOWN]], %[[A5_UP]]
 // CHECK: stablehlo.return
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: stablehlo.concatenate %[[A5_LOOP]]#1, %[[A5_LOOP]]#2, dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: return
+// SENDS-LABEL: func.func @ag_odd_5
+// SENDS-NOT: stablehlo.while
+// SENDS: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 4], [1, 0], [2, 1]
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3]
+// SENDS-NOT: collective_permute
+// SENDS: stablehlo.while
+// SENDS-NOT: collective_permute
+// SENDS: } do {
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 4], [1, 0], [2, 1]
+// SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3]
+// SENDS-NOT: collective_permute
+// SENDS: stablehlo.return
+// SENDS-NEXT: }
+// SENDS-NOT: collective_permute
+// SENDS: return
 module attributes {mhlo.num_partitions = 5 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @ag_odd_5(%arg0: tensor<1x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<5x8xf32> {
     %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4]]> : tensor<1x5xi64>, use_global_device_ids}> : (tensor<1x16xf32>) -> tensor<5x16xf32>

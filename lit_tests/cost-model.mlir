@@ -12,18 +12,32 @@
 // RUN: not overlap-opt %s --hardware=no-such-chip 2>&1 | FileCheck %s --check-prefix=BADHW
 // RUN: not overlap-opt %s --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{hardware=no-such-chip})' 2>&1 | FileCheck %s --check-prefix=BADHW-PIPE
 // RUN: not overlap-opt %s --hardware=%S/Inputs/bad-field.json 2>&1 | FileCheck %s --check-prefix=BADJSON
+// RUN: not overlap-opt %s --hardware=%S/Inputs/empty-tflops.json 2>&1 | FileCheck %s --check-prefix=NOTFLOPS
+// RUN: not overlap-opt %s --hardware=%S/Inputs/zero-link.json 2>&1 | FileCheck %s --check-prefix=ZEROLINK
+// RUN: not overlap-opt %s --hardware=%S/Inputs/negative-latency.json 2>&1 | FileCheck %s --check-prefix=NEGLAT
+// RUN: not overlap-opt %s --hardware=%S/Inputs/not-json.json 2>&1 | FileCheck %s --check-prefix=NOTJSON
 
 // --hardware names a profile (or a .json profile file): with no explicit
 // threshold-mib, each site is decided by the cost model, and every remark carries
 // the predicted time before and after on that profile. An explicit threshold-mib
 // overrides the cost model (the prediction is still reported). A hardware name that
 // is neither a profile nor a .json file is a usage error (exit status 2, before the
-// input is read); so is a .json profile with an unknown field.
+// input is read); so is a .json profile with an unknown field, with a value out of
+// range (an empty tflops map, a zero link bandwidth, a negative latency) or with
+// text that is not JSON. The one error line names the file and the field.
 
 // BADHW: overlap-opt: error: pass 'overlap-all-gather-matmul': unknown hardware 'no-such-chip' (profiles: tpu-v4, tpu-v5e, tpu-v5p, h100-sxm, h200, a100, host-cpu; or a .json profile file)
 // BADHW-NOT: remark
 // BADHW-PIPE: overlap-opt: error: pass 'overlap-matmul-reduce-scatter': unknown hardware 'no-such-chip'
 // BADJSON: overlap-opt: error: pass 'overlap-all-gather-matmul': {{.*}}bad-field.json: unknown hardware fields ['warp_speed']
+// NOTFLOPS: {{^}}overlap-opt: error: pass 'overlap-all-gather-matmul': {{.*}}Inputs/empty-tflops.json: 'tflops' must map element types to positive numbers{{$}}
+// NOTFLOPS-NOT: {{.}}
+// ZEROLINK: {{^}}overlap-opt: error: pass 'overlap-all-gather-matmul': {{.*}}Inputs/zero-link.json: 'link_gbps' must be a positive number{{$}}
+// ZEROLINK-NOT: {{.}}
+// NEGLAT: {{^}}overlap-opt: error: pass 'overlap-all-gather-matmul': {{.*}}Inputs/negative-latency.json: 'latency_us' must be a number >= 0{{$}}
+// NEGLAT-NOT: {{.}}
+// NOTJSON: {{^}}overlap-opt: error: pass 'overlap-all-gather-matmul': {{.*}}Inputs/not-json.json: not valid JSON: {{.+}}
+// NOTJSON-NOT: {{.}}
 
 // Statistics (stderr): per pass, sites seen and rewritten and the skipped ones by
 // reason; with threshold-mib=0 nothing is skipped.

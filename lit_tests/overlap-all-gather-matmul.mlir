@@ -103,17 +103,20 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // Gathered dim is the lhs's contracting dim, strided groups [[0,2,4,6],[1,3,5,7]]
 // (position table [0,0,1,1,2,2,3,3]): the rhs is sliced to the matching block of
-// its contracting dim and the partial products are summed, in round 0 (own shard,
-// before the first permute), in the loop, and in the peeled last round.
+// its contracting dim and the partial products are summed. Round 0 (own shard,
+// before the first permute) starts the sum: its product is the accumulator's
+// first value, with no zero constant and no add; the loop and the peeled last
+// round each add their product.
 // CHECK-LABEL: func.func @contracting_lhs
 // CHECK-SAME: (%[[CL_X:.*]]: tensor<8x4xf32>, %[[CL_W:.*]]: tensor<16x8xf32>)
 // CHECK-NOT: stablehlo.all_gather
+// CHECK-NOT: stablehlo.constant dense<0.000000e+00>
 // CHECK: stablehlo.constant dense<[0, 0, 1, 1, 2, 2, 3, 3]> : tensor<8xi32>
-// CHECK: %[[CL_ZERO:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<8x8xf32>
+// CHECK-NOT: stablehlo.constant dense<0.000000e+00>
 // CHECK: %[[CL_S0:.*]] = stablehlo.dynamic_slice %[[CL_W]], %{{.*}}, %{{.*}}, sizes = [4, 8] : (tensor<16x8xf32>, tensor<i32>, tensor<i32>) -> tensor<4x8xf32>
-// CHECK-NEXT: %[[CL_P0:.*]] = stablehlo.dot_general %[[CL_X]], %[[CL_S0]], contracting_dims = [1] x [0] : (tensor<8x4xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
-// CHECK-NEXT: %[[CL_ACC0:.*]] = stablehlo.add %[[CL_ZERO]], %[[CL_P0]] : tensor<8x8xf32>
+// CHECK-NEXT: %[[CL_ACC0:.*]] = stablehlo.dot_general %[[CL_X]], %[[CL_S0]], contracting_dims = [1] x [0] : (tensor<8x4xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
 // CHECK-NEXT: %[[CL_SENT:.*]] = "stablehlo.collective_permute"(%[[CL_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]> : tensor<8x2xi64>}>
+// CHECK-NOT: stablehlo.add {{.*}} : tensor<8x8xf32>
 // CHECK: %[[CL_LOOP:.*]]:5 = stablehlo.while(%[[CL_K:[^ ]+]] = %{{[^ ]+}}, %[[CL_CUR:[^ ]+]] = %[[CL_SENT]], %[[CL_ACC:[^ ]+]] = %[[CL_ACC0]], %[[CL_OTHER:[^ ]+]] = %[[CL_W]], %[[CL_P:[^ ]+]] = %{{[^ ]+}})
 // CHECK: } do {
 // CHECK-NEXT: %[[CL_MOVED:.*]] = "stablehlo.collective_permute"(%[[CL_CUR]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]> : tensor<8x2xi64>}>
@@ -141,18 +144,21 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // Gathered dim is the rhs's contracting dim, groups of 2 [[0,1],[2,3],[4,5],[6,7]]:
 // no round is left for a loop iteration, so both rounds are inline (INLINE prefix:
 // no stablehlo.while in the function): round 0 on the
-// own shard (lhs sliced along its dim 1 at block p), one permute, round 1 on the
-// received shard (lhs block p + 1).
+// own shard (lhs sliced along its dim 1 at block p; its product is the sum so far,
+// with no zero constant or add), one permute, round 1 on the received shard (lhs
+// block p + 1) added to it.
 // CHECK-LABEL: func.func @contracting_rhs
 // CHECK-SAME: (%[[CR_A:.*]]: tensor<8x16xf32>, %[[CR_X:.*]]: tensor<8x8xf32>)
 // CHECK-NOT: stablehlo.all_gather
+// CHECK-NOT: stablehlo.constant dense<0.000000e+00>
 // CHECK: %[[CR_POS:.*]] = stablehlo.reshape {{.*}} : (tensor<1xi32>) -> tensor<i32>
+// CHECK-NOT: stablehlo.constant dense<0.000000e+00>
 // CHECK: %[[CR_M0:.*]] = stablehlo.remainder %[[CR_POS]], %{{.*}}
 // CHECK: %[[CR_OFF0:.*]] = stablehlo.multiply %[[CR_M0]], %{{[^ ]+}}
 // CHECK: %[[CR_S0:.*]] = stablehlo.dynamic_slice %[[CR_A]], %{{.*}}, %[[CR_OFF0]], sizes = [8, 8] : (tensor<8x16xf32>, tensor<i32>, tensor<i32>) -> tensor<8x8xf32>
-// CHECK-NEXT: %[[CR_P0:.*]] = stablehlo.dot_general %[[CR_S0]], %[[CR_X]], contracting_dims = [1] x [0]
-// CHECK-NEXT: %[[CR_ACC0:.*]] = stablehlo.add %{{.*}}, %[[CR_P0]]
+// CHECK-NEXT: %[[CR_ACC0:.*]] = stablehlo.dot_general %[[CR_S0]], %[[CR_X]], contracting_dims = [1] x [0]
 // CHECK-NEXT: %[[CR_SENT:.*]] = "stablehlo.collective_permute"(%[[CR_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 0], [2, 3], [3, 2], [4, 5], [5, 4], [6, 7], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NOT: stablehlo.add {{.*}} : tensor<8x8xf32>
 // CHECK: %[[CR_J1:.*]] = stablehlo.add %[[CR_POS]], %{{[^ ]+}}
 // CHECK: %[[CR_S1:.*]] = stablehlo.dynamic_slice %[[CR_A]], %{{.*}}, %{{.*}}, sizes = [8, 8]
 // CHECK-NEXT: %[[CR_P1:.*]] = stablehlo.dot_general %[[CR_S1]], %[[CR_SENT]], contracting_dims = [1] x [0]
@@ -330,12 +336,13 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // bf16 with the gathered dim contracting: the partial products are accumulated in
 // f32 (the partial dots return f32) and converted back to bf16 once at the end.
-// The shard itself travels in bf16, before and inside the loop.
+// Round 0's f32 product is the accumulator's first value (no zero constant, no
+// add). The shard itself travels in bf16, before and inside the loop.
 // CHECK-LABEL: func.func @bf16_contracting
-// CHECK: %[[BF_ZERO:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<8x8xf32>
-// CHECK: %[[BF_P0:.*]] = stablehlo.dot_general %arg0, %{{.*}}, contracting_dims = [1] x [0] : (tensor<8x4xbf16>, tensor<4x8xbf16>) -> tensor<8x8xf32>
-// CHECK-NEXT: %[[BF_ACC0:.*]] = stablehlo.add %[[BF_ZERO]], %[[BF_P0]] : tensor<8x8xf32>
+// CHECK-NOT: stablehlo.constant dense<0.000000e+00>
+// CHECK: %[[BF_ACC0:.*]] = stablehlo.dot_general %arg0, %{{.*}}, contracting_dims = [1] x [0] : (tensor<8x4xbf16>, tensor<4x8xbf16>) -> tensor<8x8xf32>
 // CHECK-NEXT: %[[BF_SENT:.*]] = "stablehlo.collective_permute"(%arg0) {{.*}} : (tensor<8x4xbf16>) -> tensor<8x4xbf16>
+// CHECK-NOT: stablehlo.add {{.*}} : tensor<8x8xf32>
 // CHECK: %[[BF_LOOP:.*]]:5 = stablehlo.while(%[[BF_K:[^ ]+]] = %{{[^ ]+}}, %[[BF_CUR:[^ ]+]] = %[[BF_SENT]], %[[BF_ACC:[^ ]+]] = %[[BF_ACC0]], %{{.*}}) : tensor<i32>, tensor<8x4xbf16>, tensor<8x8xf32>, tensor<16x8xbf16>, tensor<i32>
 // CHECK: "stablehlo.collective_permute"(%[[BF_CUR]]) {{.*}} : (tensor<8x4xbf16>) -> tensor<8x4xbf16>
 // CHECK: %[[BF_PART:.*]] = stablehlo.dot_general %[[BF_CUR]], %{{.*}}, contracting_dims = [1] x [0] : (tensor<8x4xbf16>, tensor<4x8xbf16>) -> tensor<8x8xf32>
@@ -628,8 +635,9 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// Not a candidate: an optimization_barrier separates the all_gather from the dot.
-// Nothing changes and no remark is printed for it.
+// Left unchanged: an optimization_barrier separates the all_gather from the dot
+// (the barrier forbids moving the dot's work across it). Nothing changes, and the
+// remark says why.
 // CHECK-LABEL: func.func @barrier
 // CHECK: %[[OB_G:.*]] = "stablehlo.all_gather"
 // CHECK-NEXT: %[[OB_B:.*]] = stablehlo.optimization_barrier %[[OB_G]]
@@ -637,7 +645,7 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NOT: stablehlo.collective_permute
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @barrier(%arg0: tensor<2x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
-    // REMARK-NOT: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:
+    // REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: left unchanged: an optimization_barrier separates it from its users{{$}}
     %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
     %1 = stablehlo.optimization_barrier %0 : tensor<8x16xf32>
     %2 = stablehlo.dot_general %1, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>

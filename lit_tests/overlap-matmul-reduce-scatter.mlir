@@ -310,8 +310,8 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// Not a candidate: an optimization_barrier separates the dot from the
-// reduce_scatter. Nothing changes and no remark is printed for it.
+// Left unchanged: an optimization_barrier separates the dot from the
+// reduce_scatter. Nothing changes, and the remark says why.
 // CHECK-LABEL: func.func @barrier
 // CHECK: %[[OB_D:.*]] = stablehlo.dot_general %arg0, %arg1
 // CHECK-NEXT: %[[OB_B:.*]] = stablehlo.optimization_barrier %[[OB_D]]
@@ -321,7 +321,7 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @barrier(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<2x8xf32> {
     %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
     %1 = stablehlo.optimization_barrier %0 : tensor<8x8xf32>
-    // REMARK-NOT: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:
+    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: left unchanged: an optimization_barrier separates it from its operand{{$}}
     %2 = "stablehlo.reduce_scatter"(%1) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
     ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
       %3 = stablehlo.add %arg2, %arg3 : tensor<f32>

@@ -5,6 +5,8 @@
 // already exists at the first dot: the shard travels once (one permute per round)
 // and feeds every dot; each dot keeps its own accumulator. A dot whose other operand
 // is computed after the first dot (a backward-pass use) gets a ring of its own.
+// The REMARK prefix checks that a site's dots are listed in program order (a free
+// dim dot written before a contracting dim one is listed first).
 
 // A gated MLP body: the gathered activations feed the gate and the up projections.
 // One while loop carrying one shard and two accumulators; round 0 multiplies the own
@@ -82,7 +84,7 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NOT: stablehlo.all_gather
 module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @backward(%x: tensor<2x16xf32>, %w: tensor<16x8xf32>) -> (tensor<8x8xf32>, tensor<16x8xf32>) {
-    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 2 dot(s) ({{.*}}), tensor<8x16xf32> gathered over groups of 4, 2 loops; predicted
+    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 2 dot(s) (free dim, contracting dim), tensor<8x16xf32> gathered over groups of 4, 2 loops; predicted
     %g = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
     %y = stablehlo.dot_general %g, %w, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
     %dy = stablehlo.tanh %y : tensor<8x8xf32>
@@ -149,7 +151,7 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK: return
 module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @mixed_kinds(%x: tensor<2x16xf32>, %w: tensor<16x8xf32>, %e: tensor<8x4xf32>) -> (tensor<8x8xf32>, tensor<16x4xf32>) {
-    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 2 dot(s) ({{.*}}), tensor<8x16xf32> gathered over groups of 4; predicted
+    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 2 dot(s) (free dim, contracting dim), tensor<8x16xf32> gathered over groups of 4; predicted
     %g = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
     %y = stablehlo.dot_general %g, %w, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
     %z = stablehlo.dot_general %g, %e, contracting_dims = [0] x [0] : (tensor<8x16xf32>, tensor<8x4xf32>) -> tensor<16x4xf32>
