@@ -7,10 +7,13 @@ own product (slicing the operand, or both operands for a batch dim, that produce
 scatter dim) and adds it to the accumulator it just received. After the remaining
 N-1-k shifts that accumulator sits at the device that owns block j.
 
-Step 0 is peeled (no permute); the loop runs steps 1..N-1, each permuting the
-previous accumulator while computing its own partial dot, so the permute neither
-feeds nor reads that step's dot. The accumulator keeps the reduce_scatter's element
-type, so the bytes on the wire are those of the original collective.
+Step 0 is peeled (no permute); the loop runs steps 1..N-1, the last (the device's
+own block) included, each permuting the previous accumulator while computing its own
+partial dot, so the permute neither feeds nor reads that step's dot, and the loop's
+buffers are reused to the end. With two streams (bidirectional) the two accumulators
+meet after the loop, where the own block is added. The accumulator keeps the
+reduce_scatter's element type, so the bytes on the wire are those of the original
+collective.
 
 Example:
   overlap-opt --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0})' in.mlir
@@ -172,6 +175,12 @@ def emit_loop(dots: list[ir.Operation], result_dim: int, block: int, ring: Ring,
     accs = []
     for k in range(min(first_uniform, a)):
         accs = round_(k, accs, invariants)
+    if len(streams) == 1:
+        # The last round, own block plus the arrived accumulator, has the loop body's
+        # form (round a: block p + a - a); inside the loop it reuses the loop's buffers.
+        (result,) = b.unrolled_rounds(first_uniform, a + 1, options.unroll, accs, invariants,
+                                      round_)
+        return result
     accs = b.unrolled_rounds(first_uniform, a, options.unroll, accs, invariants, round_)
     (own,) = parts([(+1, 0, 0)], *invariants)
     arrived = [send(acc, i) for i, acc in enumerate(accs)]
