@@ -71,7 +71,8 @@ class OverlapMatmulReduceScatter(RewritePass):
         detail = (f"{top.results[0].type} scattered on dim {dim} ({summed}"
                   f"{', '.join(sources)}){through} over groups of {ring.size}")
         rounds = cost.scatter_rounds(ring.size, self.bidirectional)
-        uniform = len(rounds) - 1 - (rounds.index(2) + 1 if 2 in rounds else 1)
+        # Loop rounds: one stream, all but round 0; two, those after both have started.
+        uniform = len(rounds) - 1 - (rounds.index(2) + 1) if 2 in rounds else len(rounds) - 1
         estimate = self.decide(top.results[0].type, cost.SiteShape(
             ring.size, sum(flops(dot) for dot in dots),
             cost.element_name(dots[0].operands[0].type.element_type),
