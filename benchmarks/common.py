@@ -22,6 +22,7 @@ by hand with `jax.lax.ppermute` in a `fori_loop`, as in JAX's shard_map document
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import shlex
@@ -106,12 +107,13 @@ def hand_gather_dots(x, *ws):
     return outs if len(ws) > 1 else outs[0]
 
 
-def hand_dot_scatter(h, w):
+def hand_dot_scatter(h, w, peel_last: bool = False):
     """Collective matmul for psum_scatter(h @ w), written with ppermute.
 
     The accumulator travels (position q sends to q-1): at step i this device adds the
     rows of block (idx + i + 1) mod size, the block whose owner the accumulator reaches
-    after the remaining shifts.
+    after the remaining shifts. `peel_last` runs the last round after the loop (a
+    diagnostic for the memory benchmark: it shows what peeling that round costs).
     """
     size = jax.lax.axis_size(AXIS)
     idx = jax.lax.axis_index(AXIS)
@@ -125,26 +127,14 @@ def hand_dot_scatter(h, w):
     def body(i, acc):
         return jax.lax.ppermute(acc, AXIS, shift) + part(i)
 
-    return jax.lax.fori_loop(1, size, body, part(0))
+    if not peel_last:
+        return jax.lax.fori_loop(1, size, body, part(0))
+    acc = jax.lax.fori_loop(1, size - 1, body, part(0))
+    return jax.lax.ppermute(acc, AXIS, shift) + part(size - 1)
 
 
 def hand_dot_scatter_peeled(h, w):
-    """`hand_dot_scatter` with its last round after the loop, as the rewrite emits it
-    (a diagnostic for the memory benchmark: it shows what the peeled round costs)."""
-    size = jax.lax.axis_size(AXIS)
-    idx = jax.lax.axis_index(AXIS)
-    shift = [(j, (j - 1) % size) for j in range(size)]
-    blk = h.shape[0] // size
-
-    def part(i):
-        rows = jax.lax.dynamic_slice_in_dim(h, ((idx + i + 1) % size) * blk, blk, axis=0)
-        return rows @ w
-
-    def body(i, acc):
-        return jax.lax.ppermute(acc, AXIS, shift) + part(i)
-
-    acc = jax.lax.fori_loop(1, size - 1, body, part(0))
-    return jax.lax.ppermute(acc, AXIS, shift) + part(size - 1)
+    return hand_dot_scatter(h, w, peel_last=True)
 
 
 # --- cases ----------------------------------------------------------------------------
@@ -375,6 +365,13 @@ def header() -> dict[str, object]:
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
             "loadavg": loadavg()}
+
+
+def write_json(path: str, info: dict, **fields) -> None:
+    """The run's header `info` with `fields` added, as JSON at `path`."""
+    with open(path, "w") as f:
+        json.dump({**info, **fields}, f, indent=1)
+    print(f"wrote {path}")
 
 
 def loadavg() -> str:

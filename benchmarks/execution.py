@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import sys
 import time
@@ -213,11 +212,8 @@ def main(argv=None) -> int:
           f"load average at the end {common.loadavg()} (this process's threads count too)")
     print(f"total {elapsed:.0f} s")
     if options.json:
-        info.update(benchmark="execution", elapsed_s=elapsed, results=results,
-                    options=vars(options))
-        with open(options.json, "w") as f:
-            json.dump(info, f, indent=1)
-        print(f"wrote {options.json}")
+        common.write_json(options.json, info, benchmark="execution", elapsed_s=elapsed,
+                          results=results, options=vars(options))
     return 0
 
 

@@ -15,7 +15,6 @@ for N devices); dot-then-reduce_scatter materializes the whole partial result (N
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -151,11 +150,8 @@ def main(argv=None) -> int:
     elapsed = time.perf_counter() - start
     print(f"\ntotal {elapsed:.0f} s")
     if options.json:
-        info.update(benchmark="memory", elapsed_s=elapsed, results=results,
-                    options=vars(options))
-        with open(options.json, "w") as f:
-            json.dump(info, f, indent=1)
-        print(f"wrote {options.json}")
+        common.write_json(options.json, info, benchmark="memory", elapsed_s=elapsed,
+                          results=results, options=vars(options))
     return 0
 
 

@@ -127,24 +127,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _threshold(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if math.isnan(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"'{text}' must be a number >= 0")
-    return value
+def _at_least(kind: type, low, name: str):
+    """An argparse type: `kind(text)`, not nan, and >= `low`."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not {name}") from None
+        if math.isnan(value) or value < low:
+            what = "a number " if kind is float else ""
+            raise argparse.ArgumentTypeError(f"'{text}' must be {what}>= {low}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
 
 
-def _unroll(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"'{text}' must be >= 1")
-    return value
+_threshold = _at_least(float, 0, "a number")
+_unroll = _at_least(int, 1, "an integer")
 
 
 def _boolean(text: str) -> bool:
