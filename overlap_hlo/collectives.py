@@ -16,6 +16,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from .manual import AutoAxes, auto_axes_at
+from .meshes import MAX_DEVICES, is_mesh_axes, mesh_axes_groups
 from .unsupported import Unsupported
 
 
@@ -57,10 +58,10 @@ class Ring:
         """The ring of `op`'s groups; `scan` is the pass run's ModuleScan."""
         attrs = op.attributes
         num_partitions, num_replicas = _module_sizes(op)
-        has_channel = "channel_handle" in attrs and (
-            stablehlo.ChannelHandle(attrs["channel_handle"]).handle > 0)
+        has_channel = "channel_handle" in attrs and _channel(attrs["channel_handle"]) > 0
         global_ids = "use_global_device_ids" in attrs
-        groups = _groups(attrs["replica_groups"])
+        groups = _groups(attrs["replica_groups"], op, has_channel and global_ids,
+                         num_partitions * num_replicas)
         _check_unconditional(op)
         if num_replicas > 1 and num_partitions > 1:
             raise Unsupported(f"replica and partition ids mixed ({num_replicas} replicas x "
@@ -101,14 +102,37 @@ def _module_sizes(op: ir.Operation) -> tuple[int, int]:
     attrs = parent.attributes if parent is not None else {}
 
     def read(name: str) -> int:
-        return ir.IntegerAttr(attrs[name]).value if name in attrs else 1
+        if name not in attrs:
+            return 1
+        if not isinstance(attrs[name], ir.IntegerAttr):
+            raise Unsupported(f"{name} is not an integer: {attrs[name]}")
+        value = ir.IntegerAttr(attrs[name]).value
+        if not 1 <= value <= MAX_DEVICES:
+            raise Unsupported(f"{name} = {value} is outside 1..{MAX_DEVICES}")
+        return value
 
     return read("mhlo.num_partitions"), read("mhlo.num_replicas")
 
 
-def _groups(attr: ir.Attribute) -> list[list[int]]:
+def _channel(attr: ir.Attribute) -> int:
+    if not stablehlo.ChannelHandle.isinstance(attr):
+        raise Unsupported(f"channel_handle of unexpected type: {attr}")
+    return stablehlo.ChannelHandle(attr).handle
+
+
+def _groups(attr: ir.Attribute, op: ir.Operation, flattened: bool,
+            num_devices: int) -> list[list[int]]:
+    """Dense groups from either form; mesh axes only with flattened (global) ids."""
+    if is_mesh_axes(attr):
+        if not flattened:
+            raise Unsupported("replica groups as mesh axes without a channel handle and "
+                              "use_global_device_ids")
+        mesh, groups = mesh_axes_groups(attr, op)
+        if mesh.size != num_devices:
+            raise Unsupported(f"mesh of {mesh.size} devices in a module of {num_devices}")
+        return groups
     if not isinstance(attr, ir.DenseIntElementsAttr):
-        raise Unsupported("replica groups given as mesh axes")
+        raise Unsupported(f"replica groups of unexpected type: {attr}")
     array = np.array(attr, dtype=np.int64)
     if array.size == 0:
         return []

@@ -9,11 +9,11 @@ the passes do the same. GSPMD exports mark such regions with `last_tile_dims={ma
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import combinations
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
+from .meshes import find_mesh, module_of
 from .unsupported import Unsupported
 
 
@@ -29,7 +29,7 @@ def auto_axes_at(op: ir.Operation, scan) -> AutoAxes | None:
     """The axes that are not manual where `op` sits; None if all are (or no mesh).
 
     `scan` (a ModuleScan) lists the module's manual computations and GSPMD marks."""
-    module = _module_of(op)
+    module = module_of(op)
     regions = _enclosing_manual_computations(op)
     if not regions:
         if any(_auto_axes(c) for c in scan.manual_computations):
@@ -58,15 +58,17 @@ def _auto_axes(computation: ir.Operation) -> AutoAxes | None:
     mesh = _mesh_name(computation)
     if mesh is None:
         raise Unsupported("sdy.manual_computation without shardings naming its mesh")
-    axes = _mesh_axes(_module_of(computation), mesh)
+    axes = _mesh_axes(module_of(computation), mesh)
     declared = computation.attributes["manual_axes"]
-    # ManualAxesAttr has no accessor in the bindings: compare against each subset.
-    for size in range(len(axes), -1, -1):
-        for subset in combinations(axes, size):
-            if manual_axes_attr(subset) == declared:
-                auto = tuple(a for a in axes if a not in subset)
-                return AutoAxes(mesh, auto) if auto else None
-    raise Unsupported("manual axes not on the mesh of the sdy.manual_computation")
+    # ManualAxesAttr has no accessor in the bindings: the printed form proposes the
+    # subset (each axis name is a quoted string in it), the typed equality confirms it.
+    text = str(declared)
+    named = sorted((a for a in axes if str(ir.StringAttr.get(a)) in text),
+                   key=lambda a: text.index(str(ir.StringAttr.get(a))))
+    if manual_axes_attr(named) != declared:
+        raise Unsupported("manual axes not on the mesh of the sdy.manual_computation")
+    auto = tuple(a for a in axes if a not in named)
+    return AutoAxes(mesh, auto) if auto else None
 
 
 def _mesh_name(computation: ir.Operation) -> str | None:
@@ -79,17 +81,7 @@ def _mesh_name(computation: ir.Operation) -> str | None:
 
 
 def _mesh_axes(module: ir.Operation, name: str) -> list[str]:
-    for op in module.regions[0].blocks[0].operations:
-        if op.operation.name == "sdy.mesh" and ir.StringAttr(op.attributes["sym_name"]).value == name:
-            mesh = sdy.MeshAttr(op.attributes["mesh"])
-            return [sdy.MeshAxisAttr(axis).name for axis in mesh.axes]
-    raise Unsupported(f"mesh @{name} not found")
-
-
-def _module_of(op: ir.Operation) -> ir.Operation:
-    while op.name != "builtin.module":
-        op = op.parent
-    return op
+    return find_mesh(module, name).names
 
 
 def _enclosing_manual_computations(op: ir.Operation) -> list[ir.Operation]:

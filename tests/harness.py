@@ -33,9 +33,15 @@ class Program:
     dtype: object = jnp.float32
     shard_mapped: bool = True
     manual_axes: frozenset | None = None  # shard_map axis_names; None: all mesh axes
+    devices: tuple[int, ...] | None = None  # device order of the mesh; None: jax's own
 
     def mesh(self):
-        return jax.make_mesh(self.mesh_shape, self.axes)
+        """The mesh, its axes Auto: JAX 0.12 cannot lower psum_scatter in a partially
+        manual shard_map over an Explicit mesh, and 0.10.2 has Auto as its default."""
+        if self.devices is None:
+            return jax.make_mesh(self.mesh_shape, self.axes, **auto_axis_types(len(self.axes)))
+        devices = np.array(jax.devices())[list(self.devices)].reshape(self.mesh_shape)
+        return jax.sharding.Mesh(devices, self.axes, **auto_axis_types(len(self.axes)))
 
     def jitted(self):
         mesh = self.mesh()
@@ -56,6 +62,11 @@ class Program:
                       else rng.standard_normal(shape))
             arrays.append(jax.device_put(jnp.asarray(values, dtype), NamedSharding(mesh, spec)))
         return arrays
+
+
+def auto_axis_types(count: int) -> dict:
+    axis_type = getattr(jax.sharding, "AxisType", None)
+    return {} if axis_type is None else {"axis_types": (axis_type.Auto,) * count}
 
 
 @contextlib.contextmanager
