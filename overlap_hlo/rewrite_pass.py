@@ -51,17 +51,14 @@ class Site:
 
 @dataclass
 class SiteLog:
-    """Sites seen by every pass of one pipeline run, in order, without repeats."""
+    """Sites seen by every pass of one pipeline run, in order: one record per site
+    (per root op and pass run), even when two sites share a line and shapes."""
 
     sites: list[Site] = field(default_factory=list)
     input_name: str | None = None
-    _seen: set = field(default_factory=set, repr=False)
 
     def add(self, location: ir.Location, pattern: str, applied: bool, **facts) -> None:
-        site = Site(describe(location, self.input_name), pattern, applied, **facts)
-        if site not in self._seen:
-            self._seen.add(site)
-            self.sites.append(site)
+        self.sites.append(Site(describe(location, self.input_name), pattern, applied, **facts))
 
 
 def statistics(sites: list[Site]) -> dict[str, dict[str, int]]:
@@ -168,8 +165,17 @@ class RewritePass:
     def run(self, module_op: ir.Operation, log: SiteLog) -> None:
         """Apply this pass's pattern to `module_op` with MLIR's greedy driver."""
         scan = ModuleScan(module_op)
+        # Root ops already decided in this run: the greedy driver revisits an op whose
+        # neighbours changed (an all_gather kept for other readers, a site left
+        # unchanged), and each site gets one decision and one record. Keys are the
+        # ops' identities: roots are never created by a rewrite, so a key is not reused.
+        decided: set[int] = set()
 
         def pattern(op, rewriter):
+            key = hash(op.operation)
+            if key in decided:
+                return True
+            decided.add(key)
             location = op.location  # read before the rewrite erases `op`
             try:
                 with location, builders.shared_scalars():

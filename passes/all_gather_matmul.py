@@ -22,6 +22,7 @@ Example:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -31,7 +32,7 @@ from jaxlib.mlir.dialects import stablehlo
 from overlap_hlo import builders as b
 from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
-from overlap_hlo.dominance import dominates
+from overlap_hlo.dominance import divergent_between, dominates
 from overlap_hlo.dots import DotDims, flops
 from overlap_hlo.lookthrough import View, ViewedUse, erase_unused, replay, users_through_views
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
@@ -50,6 +51,8 @@ class Consumer:
     views: tuple[View, ...]  # between the gather and the dot, replayed on each block
     scales: tuple[ir.Value, ...]  # what the views' dequantizing multiplies broadcast
     block: int               # one shard's size along `dim` (after the views)
+    anchor: ir.Operation | None = None  # where its ring goes: the dot, or the region op
+                                        # (if/case, device-dependent while) it sits in
 
     @property
     def inputs(self) -> list[ir.Value]:
@@ -121,12 +124,20 @@ class OverlapAllGatherMatmul(RewritePass):
         if block * ring.size != gather.results[0].type.shape[dim]:
             raise Unsupported(f"gathered dim {gather.results[0].type.shape[dim]} is not "
                               f"{ring.size} x {block}")
-        consumers = sorted((analyze(use, values, block) for use in dots),
-                           key=functools.cmp_to_key(_program_order))
+        placed, unplaced = [], []
+        for use in dots:
+            consumer = place(analyze(use, values, block), gather.block)
+            (placed if isinstance(consumer, Consumer) else unplaced).append(consumer)
+        if not placed:
+            raise Unsupported(unplaced[0], kind="divergent control flow")
+        consumers = sorted(placed, key=functools.cmp_to_key(_program_order))
         kinds = ", ".join(f"{c.kind} dim" + "".join(f" through {v.op.name}" for v in c.views)
+                          + (f" hoisted out of {c.anchor.name}" if c.anchor != c.dot else "")
                           for c in consumers)
         detail = (f"{len(consumers)} dot(s) ({kinds}), {gather.results[0].type} gathered "
                   f"over groups of {ring.size}")
+        if unplaced:
+            detail += f"; {len(unplaced)} dot(s) left reading it: " + "; ".join(unplaced)
         rounds = cost.gather_rounds(ring.size, self.bidirectional)
         estimate = self.decide(gather.results[0].type, cost.SiteShape(
             ring.size, sum(flops(c.dot) for c in consumers),
@@ -135,7 +146,7 @@ class OverlapAllGatherMatmul(RewritePass):
             loop_iterations=uniform_rounds(rounds) // self.unroll), detail)
         groups = share_loops(consumers)
         for group in groups:
-            with ir.InsertionPoint(group[0].dot):
+            with ir.InsertionPoint(group[0].anchor):
                 results = emit_loop(group, shard, dim, ring, self, scan.new_channel)
             for consumer, result in zip(group, results):
                 rewriter.replace_op(consumer.dot, [result])
@@ -146,15 +157,15 @@ class OverlapAllGatherMatmul(RewritePass):
 def share_loops(consumers: list[Consumer]) -> list[list[Consumer]]:
     """Consumers (in program order) that can share one ring, built before the first.
 
-    A consumer joins a group when it sits in the same block as the group's first dot
-    and its other operand already exists there; the rest start groups of their own
-    (e.g. a backward-pass dot whose other operand is computed later).
+    A consumer joins a group when its anchor sits in the same block as the group's
+    first anchor and its other operand already exists there; the rest start groups of
+    their own (e.g. a backward-pass dot whose other operand is computed later).
     """
     groups: list[list[Consumer]] = []
     for consumer in consumers:   # in program order
         for group in groups:
-            head = group[0].dot
-            if (consumer.dot.block == head.block
+            head = group[0].anchor
+            if (consumer.anchor.block == head.block
                     and all(dominates(value, head) for value in consumer.inputs)):
                 group.append(consumer)
                 break
@@ -164,9 +175,31 @@ def share_loops(consumers: list[Consumer]) -> list[list[Consumer]]:
 
 
 def _program_order(a: Consumer, b: Consumer) -> int:
-    if a.dot.block != b.dot.block:
+    x, y = (a.anchor, b.anchor) if a.anchor != b.anchor else (a.dot, b.dot)
+    if x.block != y.block:
         return 0
-    return -1 if a.dot.is_before_in_block(b.dot) else (1 if a.dot != b.dot else 0)
+    return -1 if x.is_before_in_block(y) else (1 if x != y else 0)
+
+
+def place(consumer: Consumer, block: ir.Block) -> Consumer | str:
+    """`consumer` with the op its ring is built before, or why no place is legal.
+
+    Every device of a group must reach the ring's permutes. Inside regions that the
+    devices may not all execute equally often (if/case branches, a while whose trip
+    count may differ), the ring goes before the outermost of them, in a block that
+    executes like the all_gather's own, when the dot's other operand already exists
+    there."""
+    divergent = divergent_between(block, consumer.dot)
+    if not divergent:
+        return dataclasses.replace(consumer, anchor=consumer.dot)
+    outermost = divergent[-1]
+    if all(dominates(value, outermost) for value in consumer.inputs):
+        return dataclasses.replace(consumer, anchor=outermost)
+    region = ("branch" if outermost.name in ("stablehlo.if", "stablehlo.case")
+              else "loop whose trip count may differ between devices"
+              if outermost.name == "stablehlo.while" else "region")
+    return (f"dot inside a {outermost.name} {region}, its other operand computed there: "
+            f"not every device would reach a ring placed there")
 
 
 def analyze(use: ViewedUse, gathered: list[ir.Value], block: int) -> Consumer:
