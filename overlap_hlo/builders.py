@@ -16,10 +16,15 @@ from .collectives import Ring
 from .manual import manual_axes_attr
 
 I32 = np.int32
+INT32_MAX = 2**31 - 1
 
 
 def i32_type() -> ir.Type:
     return ir.IntegerType.get_signless(32)
+
+
+def i64_type() -> ir.Type:
+    return ir.IntegerType.get_signless(64)
 
 
 _scalars: dict | None = None   # (block, value) -> constant, while a site is rewritten
@@ -41,12 +46,29 @@ def shared_scalars():
 
 def scalar_i32(value: int) -> ir.Value:
     """A `tensor<i32>` constant."""
+    return scalar(value, np.int32)
+
+
+def scalar(value: int, dtype=np.int32) -> ir.Value:
+    """A scalar integer constant of `dtype` (np.int32 or np.int64)."""
     if _scalars is None:
-        return constant_array(np.array(value, dtype=I32))
-    key = (ir.InsertionPoint.current.block, value)
+        return constant_array(np.array(value, dtype=dtype))
+    key = (ir.InsertionPoint.current.block, value, np.dtype(dtype).name)
     if key not in _scalars:
-        _scalars[key] = constant_array(np.array(value, dtype=I32))
+        _scalars[key] = constant_array(np.array(value, dtype=dtype))
     return _scalars[key]
+
+
+def index_dtype(extent: int):
+    """The index type for offsets into a dim of `extent` elements: int32 unless an
+    offset could overflow it."""
+    return np.int32 if extent <= INT32_MAX else np.int64
+
+
+def zero_like(index: ir.Value) -> ir.Value:
+    """A zero of `index`'s scalar integer type."""
+    width = ir.IntegerType(ir.RankedTensorType(index.type).element_type).width
+    return scalar(0, np.int64 if width == 64 else np.int32)
 
 
 def constant_array(array: np.ndarray) -> ir.Value:
@@ -81,10 +103,12 @@ def rem(a: ir.Value, b: ir.Value) -> ir.Value:
 
 def block_offset(position: ir.Value, step: ir.Value | int, group_size: int,
                  block: int, sign: int = 1, extra: int = 0) -> ir.Value:
-    """`((position + sign * step + extra) mod group_size) * block` as a `tensor<i32>`.
+    """`((position + sign * step + extra) mod group_size) * block`.
 
     `step` is a loop value in [0, group_size] or a Python int; the index is kept
-    non-negative before the remainder."""
+    non-negative before the remainder. The block index is a `tensor<i32>`; the offset
+    is one too unless the dim's extent (group_size * block) exceeds int32, then a
+    `tensor<i64>` (the index converted before the multiply)."""
     if isinstance(step, int):
         index, shift = position, (sign * step + extra) % group_size
     elif sign > 0:
@@ -94,7 +118,11 @@ def block_offset(position: ir.Value, step: ir.Value | int, group_size: int,
         shift = extra % group_size
     if shift:
         index = add(index, scalar_i32(shift))
-    return mul(rem(index, scalar_i32(group_size)), scalar_i32(block))
+    index = rem(index, scalar_i32(group_size))
+    dtype = index_dtype(group_size * block)
+    if dtype is np.int64:
+        index = stablehlo.convert(ir.RankedTensorType.get([], i64_type()), index)
+    return mul(index, scalar(block, dtype))
 
 
 def plus(step: ir.Value | int, offset: int) -> ir.Value | int:
@@ -125,14 +153,14 @@ def static_slice(value: ir.Value, dim: int, start: int, size: int) -> ir.Value:
 def slice_dim(value: ir.Value, dim: int, offset: ir.Value, size: int) -> ir.Value:
     """`dynamic_slice` of `size` elements along `dim` starting at `offset`."""
     vtype = value.type
-    starts = [offset if d == dim else scalar_i32(0) for d in range(vtype.rank)]
+    starts = [offset if d == dim else zero_like(offset) for d in range(vtype.rank)]
     return stablehlo.dynamic_slice(value, starts, with_dim(vtype, dim, size).shape,
                                    results=[with_dim(vtype, dim, size)])
 
 
 def update_dim(target: ir.Value, update: ir.Value, dim: int, offset: ir.Value) -> ir.Value:
     """`dynamic_update_slice` of `update` into `target` at `offset` along `dim`."""
-    starts = [offset if d == dim else scalar_i32(0) for d in range(target.type.rank)]
+    starts = [offset if d == dim else zero_like(offset) for d in range(target.type.rank)]
     return stablehlo.dynamic_update_slice(target, update, starts)
 
 
