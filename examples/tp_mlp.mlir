@@ -1,21 +1,23 @@
 module @jit_gated_mlp attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   sdy.mesh @mesh = <["tp"=8]> {stablehlo.mesh = {axes = [{name = "tp", size = 8 : i64}]}}
+  sdy.mesh @mesh_0 = <["tp"=8]> {stablehlo.mesh = {axes = [{name = "tp", size = 8 : i64}]}}
   func.func public @main(%arg0: tensor<1024x512xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"tp"}, {}]>}, %arg1: tensor<512x2048xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"tp"}]>}, %arg2: tensor<512x2048xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"tp"}]>}, %arg3: tensor<2048x512xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"tp"}, {}]>}) -> (tensor<1024x512xf32> {jax.result_info = "result", sdy.sharding = #sdy.sharding<@mesh, [{"tp"}, {}]>}) {
     %0 = sdy.manual_computation(%arg0, %arg1, %arg2, %arg3) in_shardings=[<@mesh, [{"tp"}, {}]>, <@mesh, [{}, {"tp"}]>, <@mesh, [{}, {"tp"}]>, <@mesh, [{"tp"}, {}]>] out_shardings=[<@mesh, [{"tp"}, {}]>] manual_axes={"tp"} (%arg4: tensor<128x512xf32>, %arg5: tensor<512x256xf32>, %arg6: tensor<512x256xf32>, %arg7: tensor<256x512xf32>) {
-      %1 = "stablehlo.all_gather"(%arg4) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids}> : (tensor<128x512xf32>) -> tensor<1024x512xf32>
-      %2 = stablehlo.dot_general %1, %arg5, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<1024x512xf32>, tensor<512x256xf32>) -> tensor<1024x256xf32>
-      %3 = func.call @silu(%2) : (tensor<1024x256xf32>) -> tensor<1024x256xf32>
-      %4 = stablehlo.dot_general %1, %arg6, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<1024x512xf32>, tensor<512x256xf32>) -> tensor<1024x256xf32>
-      %5 = stablehlo.multiply %3, %4 : tensor<1024x256xf32>
-      %6 = stablehlo.dot_general %5, %arg7, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<1024x256xf32>, tensor<256x512xf32>) -> tensor<1024x512xf32>
-      %7 = "stablehlo.reduce_scatter"(%6) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+      %2 = "stablehlo.all_gather"(%arg4) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = #stablehlo.replica_group_mesh_axes<mesh = @mesh_0, axes = [#stablehlo.axis_ref<name = "tp">]>, use_global_device_ids}> : (tensor<128x512xf32>) -> tensor<1024x512xf32>
+      %3 = stablehlo.dot_general %2, %arg5, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<1024x512xf32>, tensor<512x256xf32>) -> tensor<1024x256xf32>
+      %4 = func.call @silu(%3) : (tensor<1024x256xf32>) -> tensor<1024x256xf32>
+      %5 = stablehlo.dot_general %2, %arg6, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<1024x512xf32>, tensor<512x256xf32>) -> tensor<1024x256xf32>
+      %6 = stablehlo.multiply %4, %5 : tensor<1024x256xf32>
+      %7 = stablehlo.dot_general %6, %arg7, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<1024x256xf32>, tensor<256x512xf32>) -> tensor<1024x512xf32>
+      %8 = "stablehlo.reduce_scatter"(%7) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = #stablehlo.replica_group_mesh_axes<mesh = @mesh_0, axes = [#stablehlo.axis_ref<name = "tp">]>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
       ^bb0(%arg8: tensor<f32>, %arg9: tensor<f32>):
-        %8 = stablehlo.add %arg8, %arg9 : tensor<f32>
-        stablehlo.return %8 : tensor<f32>
+        %9 = stablehlo.add %arg8, %arg9 : tensor<f32>
+        stablehlo.return %9 : tensor<f32>
       }) : (tensor<1024x512xf32>) -> tensor<128x512xf32>
-      sdy.return %7 : tensor<128x512xf32>
+      sdy.return %8 : tensor<128x512xf32>
     } : (tensor<1024x512xf32>, tensor<512x2048xf32>, tensor<512x2048xf32>, tensor<2048x512xf32>) -> tensor<1024x512xf32>
-    return %0 : tensor<1024x512xf32>
+    %1 = sdy.sharding_constraint %0 <@mesh, [{"tp"}, {}]> : tensor<1024x512xf32>
+    return %1 : tensor<1024x512xf32>
   }
   func.func private @silu(%arg0: tensor<1024x256xf32>) -> tensor<1024x256xf32> {
     %0 = stablehlo.negate %arg0 : tensor<1024x256xf32>

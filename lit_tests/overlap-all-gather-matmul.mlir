@@ -567,23 +567,6 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// Left unchanged: replica groups given as mesh axes (what jax >= 0.11 emits).
-// CHECK-LABEL: func.func @mesh_axes
-// CHECK: %[[MA_G:.*]] = "stablehlo.all_gather"
-// CHECK-SAME: replica_groups = #stablehlo.replica_group_mesh_axes<
-// CHECK-NEXT: stablehlo.dot_general %[[MA_G]], %arg1
-// CHECK-NOT: stablehlo.collective_permute
-module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
-  func.func @mesh_axes(%arg0: tensor<2x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
-    // REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: left unchanged: replica groups given as mesh axes
-    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = #stablehlo.replica_group_mesh_axes<mesh = #stablehlo.mesh<axes = [<name = "x", size = 4>, <name = "y", size = 2>]>, axes = [#stablehlo.axis_ref<name = "x">]>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
-    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
-    return %1 : tensor<8x8xf32>
-  }
-}
-
-// -----
-
 // Left unchanged: dynamic shapes.
 // CHECK-LABEL: func.func @dynamic_shape
 // CHECK: %[[DS_G:.*]] = "stablehlo.all_gather"

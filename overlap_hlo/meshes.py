@@ -66,7 +66,8 @@ def _read(attr: ir.Attribute, mesh_cls, axis_cls) -> Mesh:
         if axis.size < 1:
             raise Unsupported(f"mesh axis '{axis.name}' of size {axis.size}")
         axes.append((axis.name, axis.size))
-    result = Mesh(tuple(axes), has_device_ids=len(mesh.device_ids) > 0)
+    device_ids = mesh.device_ids
+    result = Mesh(tuple(axes), has_device_ids=device_ids is not None and len(device_ids) > 0)
     if result.size > MAX_DEVICES:
         raise Unsupported(f"mesh of {result.size} devices (more than {MAX_DEVICES})")
     return result
