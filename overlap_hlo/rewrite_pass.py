@@ -17,7 +17,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from . import builders, compat, cost
 from .cost import Estimate, SiteShape
-from .collectives import Unsupported
+from .unsupported import Unsupported
 from .locations import describe
 
 DEFAULT_THRESHOLD_MIB = 1.0
@@ -72,31 +72,57 @@ def statistics(sites: list[Site]) -> dict[str, dict[str, int]]:
     return table
 
 
+INT64_MAX = 2**63 - 1
+
+
 class ModuleScan:
     """What every site of one pass run needs to know of the whole module, gathered in
     one walk: the highest channel handle (new ones go above it), the
-    sdy.manual_computation ops, and whether GSPMD marks any region partially manual."""
+    sdy.manual_computation ops, and whether GSPMD marks any region partially manual.
+
+    A `channel_handle` or `mhlo.sharding` attribute of another type (on an op the
+    passes do not know) is not a channel or a sharding: it is counted in `ignored`.
+    """
 
     def __init__(self, module_op: ir.Operation):
         self.last_channel = 0
         self.manual_computations: list[ir.Operation] = []
         self.partially_manual_gspmd = False
+        self.ignored: list[str] = []   # "op-name attribute" of attributes not understood
 
         def visit(op):
             attrs = op.attributes
             if "channel_handle" in attrs:
-                handle = stablehlo.ChannelHandle(attrs["channel_handle"]).handle
-                self.last_channel = max(self.last_channel, handle)
+                attr = attrs["channel_handle"]
+                if stablehlo.ChannelHandle.isinstance(attr):
+                    handle = stablehlo.ChannelHandle(attr).handle
+                    self.last_channel = max(self.last_channel, handle)
+                else:
+                    self.ignored.append(f"{op.name} channel_handle")
             if op.name == "sdy.manual_computation":
                 self.manual_computations.append(op)
             if "mhlo.sharding" in attrs:
-                value = ir.StringAttr(attrs["mhlo.sharding"]).value
-                self.partially_manual_gspmd |= "manual" in value and value != "{manual}"
+                attr = attrs["mhlo.sharding"]
+                if isinstance(attr, ir.StringAttr):
+                    value = attr.value
+                    self.partially_manual_gspmd |= "manual" in value and value != "{manual}"
+                else:
+                    self.ignored.append(f"{op.name} mhlo.sharding")
             return ir.WalkResult.ADVANCE
 
         module_op.walk(visit)
 
+    def require_channels(self, count: int) -> None:
+        """Unsupported unless `count` new handles fit above the highest one (checked
+        before a site builds anything)."""
+        if count > INT64_MAX - self.last_channel:
+            raise Unsupported(f"no free channel handles: the module already uses handle "
+                              f"{self.last_channel} and the ring needs {count} more",
+                              kind="channel handles exhausted")
+
     def new_channel(self) -> int:
+        if self.last_channel >= INT64_MAX:
+            raise OverflowError("channel handles exhausted")   # require_channels prevents it
         self.last_channel += 1
         return self.last_channel
 
@@ -127,16 +153,19 @@ class RewritePass:
     unroll: int = field(default=1, metadata={
         "help": "ring rounds per loop iteration (the remainder is emitted after the loop)"})
 
+    # The profile predictions use, loaded once per pass instance (not per site).
+    profile: cost.Hardware = field(init=False, repr=False, compare=False)
+
     name: ClassVar[str] = ""
     root: ClassVar[type] = object
     summary: ClassVar[str] = ""
 
     def __post_init__(self):
-        if self.hardware:
-            try:
-                cost.hardware(self.hardware)
-            except (OSError, TypeError, ValueError) as err:
-                raise ValueError(f"pass '{self.name}': {err}") from None
+        try:
+            profile = cost.hardware(self.hardware or DEFAULT_PREDICTION_PROFILE)
+        except (OSError, TypeError, ValueError) as err:
+            raise ValueError(f"pass '{self.name}': {err}") from None
+        object.__setattr__(self, "profile", profile)
         if self.threshold_mib is not None and not self.threshold_mib >= 0:  # rejects nan
             raise ValueError(f"pass '{self.name}': threshold-mib must be >= 0, "
                              f"got {self.threshold_mib}")
@@ -145,7 +174,7 @@ class RewritePass:
 
     @classmethod
     def options(cls) -> dict[str, dataclasses.Field]:
-        return {f.name.replace("_", "-"): f for f in dataclasses.fields(cls)}
+        return {f.name.replace("_", "-"): f for f in dataclasses.fields(cls) if f.init}
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> RewritePass:
@@ -208,7 +237,7 @@ class RewritePass:
         the default threshold applies. Predictions use the default profile when no
         hardware is named.
         """
-        profile = cost.hardware(self.hardware or DEFAULT_PREDICTION_PROFILE)
+        profile = self.profile
         estimate = cost.estimate(shape, profile)
         if self.threshold_mib is not None or not self.hardware:
             threshold = DEFAULT_THRESHOLD_MIB if self.threshold_mib is None else self.threshold_mib

@@ -112,6 +112,11 @@ class OverlapAllGatherMatmul(RewritePass):
             if use.user.name == "stablehlo.dot_general" and all(d.user != use.user for d in dots):
                 dots.append(use)
         if len(gather.operands) != 1:
+            if any(use.user.name == "stablehlo.dot_general"
+                   for result in gather.results
+                   for use in users_through_views(result, dim)[0]):
+                raise Unsupported(f"variadic all_gather ({len(gather.operands)} operands)",
+                                  kind="variadic all_gather")
             raise NoMatch
         if not dots:
             if any(use.user.name == "stablehlo.optimization_barrier" for use in uses):
@@ -145,6 +150,8 @@ class OverlapAllGatherMatmul(RewritePass):
             mib(shard.type) * 2**20, rounds, exposed_round=-1,
             loop_iterations=uniform_rounds(rounds) // self.unroll), detail)
         groups = share_loops(consumers)
+        if ring.uses_channel:
+            scan.require_channels(len(groups) * permute_count(ring.size, self))
         for group in groups:
             with ir.InsertionPoint(group[0].anchor):
                 results = emit_loop(group, shard, dim, ring, self, scan.new_channel)
@@ -262,6 +269,19 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
         held = 1
     accs = step(rounds, carried[:held], carried[held:], invariants, up=last_has_up)
     return [c.finish(acc) for c, acc in zip(consumers, accs)]
+
+
+def permute_count(n: int, options: RewritePass) -> int:
+    """How many collective_permute ops `emit_loop` builds for one ring (each needs a
+    channel handle): the first sends, one loop body, the rounds after the loop."""
+    plan = cost.gather_rounds(n, options.bidirectional)
+    streams, rounds = max(plan), len(plan) - 1
+    uniform_end = 1 + uniform_rounds(plan)
+    loop_rounds = uniform_end - 1
+    iterations = loop_rounds // options.unroll
+    inline = loop_rounds - iterations * options.unroll
+    body = options.unroll if iterations else 0
+    return streams * (1 + body + inline) + (1 if uniform_end < rounds else 0)
 
 
 def uniform_rounds(plan: list[int]) -> int:

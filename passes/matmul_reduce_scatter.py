@@ -78,6 +78,8 @@ class OverlapMatmulReduceScatter(RewritePass):
             cost.element_name(dots[0].operands[0].type.element_type),
             mib(result_type) * 2**20, rounds, exposed_round=0,
             loop_iterations=max(uniform, 0) // self.unroll), detail)
+        if ring.uses_channel:
+            scan.require_channels(permute_count(ring.size, self))
         with ir.InsertionPoint(scatter):
             result = emit_loop(dots, dim, block, ring, between, self, scan.new_channel)
         rewriter.replace_op(scatter, [result])
@@ -120,6 +122,23 @@ def is_add_reduction(region: ir.Region) -> bool:
         return False
     args, operands = list(block.arguments), list(add.operands)
     return len(args) == 2 and (operands == args or operands == args[::-1])
+
+
+def permute_count(n: int, options: RewritePass) -> int:
+    """How many collective_permute ops `emit_loop` builds (each needs a channel
+    handle): the sends before the loop, one loop body, the rounds after it, and with
+    two streams the two final sends."""
+    a = len(cost.scatter_rounds(n, options.bidirectional)) - 1
+    two = a < n - 1
+    up_start = a - (n - 1 - a)
+    first_uniform = up_start + 1 if two else 1
+    before = sum((k != 0) + (two and up_start < k) for k in range(min(first_uniform, a)))
+    loop_rounds = (a if two else a + 1) - first_uniform
+    iterations = loop_rounds // options.unroll
+    inline = loop_rounds - iterations * options.unroll
+    per_round = 2 if two else 1
+    body = options.unroll if iterations else 0
+    return before + per_round * (body + inline) + (2 if two else 0)
 
 
 def emit_loop(dots: list[ir.Operation], result_dim: int, block: int, ring: Ring,
