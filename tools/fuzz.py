@@ -1,7 +1,8 @@
 """Differential fuzzing: random shard_map programs, original vs rewritten, on 8 host devices.
 
-Each case draws a mesh (1-D to 3-D, axis sizes 2 to 8, at most 8 devices), the axis or
-axes to gather/scatter over, a dot layout (batch, contracting and free dims, each
+Each case draws a mesh (1-D to 3-D, axis sizes 2 to 8, at most 8 devices, devices in
+JAX's order or permuted), the axis or axes to gather/scatter over (several in either
+order), which mesh axes the shard_map makes manual (all, or only some), a dot layout (batch, contracting and free dims, each
 operand's dims in random order), which operand and dim is gathered (or which result
 dim is scattered), sizes (divisible by the group where the collective needs it, any
 size elsewhere), an element type (f32, bf16, f16), the export form (Shardy or GSPMD)
@@ -31,6 +32,7 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_force_host_platform_device_count=8").strip()
 
 AXES = ("x", "y", "z")
+MESHES = [(n,) for n in range(2, 9)] + [(2, 2), (2, 3), (3, 2), (2, 4), (4, 2), (2, 2, 2)]
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -55,6 +57,8 @@ class Case:
     bidirectional: bool
     unroll: int
     seed: int
+    devices: tuple[int, ...] = ()  # the mesh's device order; () is JAX's own
+    manual: tuple[str, ...] = ()   # shard_map's manual axes; () is every mesh axis
 
     @property
     def group(self) -> int:
@@ -67,14 +71,15 @@ class Case:
 
 def draw(rng: random.Random, seed: int) -> Case:
     """A random case (every dim the collective touches is divisible by the group)."""
-    while True:
-        rank = rng.choice((1, 1, 2, 3))
-        mesh = tuple(rng.randint(2, 8) for _ in range(rank))
-        if math.prod(mesh) <= 8:
-            break
+    rank = rng.choice((1, 1, 2, 3))
+    mesh = rng.choice([m for m in MESHES if len(m) == rank])
     names = AXES[:rank]
-    axes = tuple(sorted(rng.sample(names, rng.choice((1, 1, 2)) if rank > 1 else 1),
-                        key=names.index))
+    axes = tuple(rng.sample(names, rng.choice((1, 1, 2)) if rank > 1 else 1))
+    others = [a for a in names if a not in axes]
+    manual = tuple(a for a in names if a in axes or rng.random() < 0.5) \
+        if others and rng.random() < 0.3 else ()
+    count = math.prod(mesh)
+    devices = tuple(rng.sample(range(count), count)) if rng.random() < 0.3 else ()
     group = math.prod(dict(zip(AXES, mesh))[a] for a in axes)
     size = lambda: rng.randint(1, 6)  # noqa: E731
     batch = tuple(size() for _ in range(rng.choice((0, 0, 1))))
@@ -109,13 +114,16 @@ def draw(rng: random.Random, seed: int) -> Case:
         lhs_free = scale(lhs_free, index)
     else:
         rhs_free = scale(rhs_free, index - len(lhs_free))
+    shardy = rng.random() < 0.5
     lhs_rank = len(batch) + len(contracting) + len(lhs_free)
     rhs_rank = len(batch) + len(contracting) + len(rhs_free)
     return Case(mesh, axes, kind, batch, contracting, lhs_free, rhs_free,
                 tuple(rng.sample(range(lhs_rank), lhs_rank)),
                 tuple(rng.sample(range(rhs_rank), rhs_rank)),
-                operand, role, index, rng.choice(DTYPES), rng.random() < 0.5,
-                rng.random() < 0.5, rng.choice((1, 1, 2, 3)), seed)
+                operand, role, index, rng.choice(DTYPES), shardy,
+                rng.random() < 0.5, rng.choice((1, 1, 2, 3)), seed, devices,
+                # XLA aborts compiling partially manual GSPMD programs (the original too)
+                manual if len(manual) < rank and shardy else ())
 
 
 def _letters(case: Case):
@@ -152,8 +160,14 @@ def build(case: Case):
     from jax.sharding import PartitionSpec as P
 
     names = AXES[:len(case.mesh)]
-    devices = jax.devices()[:math.prod(case.mesh)]
-    mesh = jax.make_mesh(case.mesh, names, devices=devices)
+    devices = np.array(jax.devices()[:math.prod(case.mesh)])
+    if case.devices:
+        devices = devices[list(case.devices)]
+    # Auto axes: JAX 0.12 cannot lower psum_scatter in a partially manual shard_map
+    # over an Explicit mesh.
+    axis_type = getattr(jax.sharding, "AxisType", None)
+    types = {} if axis_type is None else {"axis_types": (axis_type.Auto,) * len(names)}
+    mesh = jax.sharding.Mesh(devices.reshape(case.mesh), names, **types)
     lhs, rhs, out, sizes = _letters(case)
     letter = _touched_letter(case)
     spec_axis = case.axes if len(case.axes) > 1 else case.axes[0]
@@ -185,7 +199,7 @@ def build(case: Case):
         in_specs = (spec(lhs, False), spec(rhs, False))
         out_specs = spec(out, True)
     jitted = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                                   check_vma=False))
+                                   check_vma=False, axis_names=set(case.manual or names)))
     rng = np.random.default_rng(case.seed)
     inputs = [jax.device_put(jnp.asarray(rng.standard_normal([sizes[ch] for ch in letters]),
                                          dtype), NamedSharding(mesh, s))
