@@ -1,12 +1,19 @@
 """Pass registry and pipeline text -> PassManager.
 
 A Python pass added with `PassManager.add(callable)` cannot be named inside pipeline
-text that MLIR parses, so the pipeline text is split here into its top-level
-elements: names of our passes (with `{key=value ...}` options) become Python passes,
-everything else (`canonicalize`, `cse`, `func.func(cse)`, ...) goes to MLIR's own
-parser. All of them join one PassManager, in order.
+text that MLIR parses, so the pipeline text is parsed here, with MLIR's grammar:
+
+    pipeline ::= element (',' element)*
+    element  ::= name ('{' options '}')? | anchor '(' pipeline? ')'
+
+Names of our passes (with `{key=value ...}` options) at the top level of
+`builtin.module(...)` become Python passes; every other element (`canonicalize`,
+`cse{...}`, `func.func(cse,canonicalize{max-iterations=2})`, `any(...)`) is handed,
+as written, to MLIR's own parser. All of them join one PassManager, in order.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.passmanager import PassManager
@@ -15,6 +22,8 @@ from .rewrite_pass import RewritePass, SiteLog
 
 DEFAULT_PIPELINE = ("builtin.module(overlap-all-gather-matmul,"
                     "overlap-matmul-reduce-scatter,canonicalize,cse)")
+MAX_PIPELINE_NESTING = 64   # anchors inside anchors; MLIR's own parser recurses too
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
 class PipelineError(ValueError):
@@ -25,6 +34,22 @@ def registered_passes() -> dict[str, type[RewritePass]]:
     from overlap_hlo.passes import ALL_PASSES
 
     return {cls.name: cls for cls in ALL_PASSES}
+
+
+@dataclass(frozen=True)
+class Element:
+    """One pipeline element: a pass with its options, or an anchor with its pipeline."""
+
+    name: str
+    text: str                                  # as written, for MLIR's parser
+    options: str | None = None                 # the text between '{' and '}'
+    nested: tuple[Element, ...] | None = None  # an anchor's elements
+
+    def names(self):
+        """This element's name and those of every element nested in it."""
+        yield self.name
+        for inner in self.nested or ():
+            yield from inner.names()
 
 
 def split_top_level(text: str, sep: str = ",") -> list[str]:
@@ -40,40 +65,109 @@ def split_top_level(text: str, sep: str = ",") -> list[str]:
         elif ch in ")}]":
             depth -= 1
             if depth < 0:
-                raise PipelineError(f"unbalanced '{ch}' in pipeline '{text}'")
+                raise PipelineError(f"unbalanced '{ch}' in '{text}'")
         elif ch == sep and depth == 0:
             parts.append(text[start:i].strip())
             start = i + 1
     if depth or quote:
-        raise PipelineError(f"unbalanced brackets or quotes in pipeline '{text}'")
+        raise PipelineError(f"unbalanced brackets or quotes in '{text}'")
     parts.append(text[start:].strip())
     return [p for p in parts if p]
 
 
-def pipeline_elements(text: str) -> list[str]:
-    """The passes of `builtin.module(a,b{k=v},func.func(c))`, or of `a,b`."""
-    text = text.strip()
-    if text.startswith("builtin.module(") and text.endswith(")"):
-        text = text[len("builtin.module("):-1]
-    elif text.startswith("builtin.module"):
-        raise PipelineError(f"malformed pipeline '{text}'")
-    return split_top_level(text)
+class _Parser:
+    def __init__(self, text: str):
+        self.text = text
+        self.pos = 0
+
+    def fail(self, message: str):
+        raise PipelineError(f"malformed pipeline '{self.text}': {message} at column "
+                            f"{self.pos + 1}")
+
+    def skip_space(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos].isspace():
+            self.pos += 1
+
+    def peek(self) -> str:
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def elements(self, depth: int, closing: str) -> tuple[Element, ...]:
+        """Comma-separated elements up to `closing` (")" or "" for the end)."""
+        if depth > MAX_PIPELINE_NESTING:
+            self.fail(f"anchors nested deeper than {MAX_PIPELINE_NESTING} levels")
+        found = []
+        self.skip_space()
+        if self.peek() == closing:
+            return ()
+        while True:
+            found.append(self.element(depth))
+            self.skip_space()
+            if self.peek() == ",":
+                self.pos += 1
+                continue
+            if self.peek() == closing:
+                return tuple(found)
+            self.fail(f"expected ',' or {repr(closing) if closing else 'the end'}")
+
+    def element(self, depth: int) -> Element:
+        self.skip_space()
+        start = self.pos
+        while self.peek() and self.peek() in _NAME_CHARS:
+            self.pos += 1
+        name = self.text[start:self.pos]
+        if not name:
+            self.fail("expected a pass name")
+        self.skip_space()
+        options = nested = None
+        if self.peek() == "{":
+            body_start = self.pos + 1
+            self.pos = self._matching_brace(self.pos)
+            options = self.text[body_start:self.pos]
+            self.pos += 1
+        elif self.peek() == "(":
+            self.pos += 1
+            nested = self.elements(depth + 1, ")")
+            self.pos += 1
+        return Element(name, self.text[start:self.pos].strip(), options, nested)
+
+    def _matching_brace(self, pos: int) -> int:
+        """The index of the '}' that closes the '{' at `pos` (quotes respected)."""
+        depth, quote = 0, None
+        for i in range(pos, len(self.text)):
+            ch = self.text[i]
+            if quote:
+                quote = None if ch == quote else quote
+            elif ch in "\"'":
+                quote = ch
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    return i
+        self.pos = pos
+        self.fail("unclosed '{'")
 
 
-def parse_options(element: str) -> tuple[str, dict[str, str]]:
-    """`name{k=v k2=v2}` -> (name, {k: v})."""
-    if "{" not in element:
-        return element, {}
-    if not element.endswith("}"):
-        raise PipelineError(f"malformed pass options in '{element}'")
-    name, body = element[:-1].split("{", 1)
+def parse_pipeline(text: str) -> tuple[Element, ...]:
+    """The elements of pipeline text (`builtin.module(...)` unwrapped, or `a,b`)."""
+    parser = _Parser(text)
+    elements = parser.elements(0, "")
+    if len(elements) == 1 and elements[0].name == "builtin.module" \
+            and elements[0].nested is not None:
+        return elements[0].nested
+    return elements
+
+
+def parse_options(element: Element) -> dict[str, str]:
+    """The options of `name{k=v k2="v 2"}` as {k: v}."""
     options = {}
-    for item in split_top_level(body, " "):
+    for item in split_top_level(element.options or "", " "):
         key, eq, value = item.partition("=")
         if not eq or not key:
-            raise PipelineError(f"option '{item}' of '{name}' is not key=value")
+            raise PipelineError(f"option '{item}' of '{element.name}' is not key=value")
         options[key] = value.strip("\"'")
-    return name.strip(), options
+    return options
 
 
 def build_pass_manager(text: str, log: SiteLog, defaults: dict[str, str] | None = None,
@@ -81,18 +175,20 @@ def build_pass_manager(text: str, log: SiteLog, defaults: dict[str, str] | None 
     """A PassManager running `text`; `defaults` fill options the text leaves unset."""
     passes = registered_passes()
     pm = PassManager("builtin.module", context=context)
-    for element in pipeline_elements(text):
-        name, options = parse_options(element)
-        cls = passes.get(name)
+    for element in parse_pipeline(text):
+        cls = passes.get(element.name) if element.nested is None else None
         if cls is None:
-            if any(p in element for p in passes):
-                raise PipelineError(f"'{element}': overlap passes run on builtin.module only")
+            ours = [name for name in element.names() if name in passes]
+            if ours:
+                raise PipelineError(f"'{element.text}': overlap passes run on builtin.module "
+                                    f"only ({ours[0]} is nested in an anchor)")
             try:
-                pm.add(element)
+                pm.add(element.text)
             except ValueError as err:
-                raise PipelineError(f"unknown pass or bad pipeline element '{element}': "
-                                    f"{err}") from None
+                raise PipelineError(f"unknown pass or bad pipeline element "
+                                    f"'{element.text}': {err}") from None
             continue
+        options = parse_options(element)
         merged = {k: v for k, v in (defaults or {}).items() if k in cls.options()}
         merged.update(options)
         try:
