@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass, field, fields
 
 MARGIN = 0.05
@@ -50,11 +52,7 @@ class Hardware:
     @classmethod
     def from_file(cls, path: str) -> Hardware:
         """A profile from a JSON file with the fields of this class."""
-        try:
-            with open(path) as f:
-                data = json.load(f)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: not valid JSON: {err}") from None
+        data = _read_json(path)
         if not isinstance(data, dict):
             raise ValueError(f"{path}: a hardware profile is a JSON object")
         known = {f.name for f in fields(cls)}
@@ -70,23 +68,87 @@ class Hardware:
         return profile
 
     def validate(self, where: str) -> None:
-        """Every figure a positive number (overheads and latency may be 0)."""
-        def number(value) -> bool:
-            return isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and math.isfinite(value)
-
+        """Every figure a number, rates and efficiencies positive (latency and overheads
+        may be 0), none above MAX_FIGURE, and the rates they make (FLOP/s, bytes/s) at
+        least 1, so that no predicted time divides by zero or overflows."""
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"{where}: 'name' must be a non-empty string")
+        if not isinstance(self.source, str):
+            raise ValueError(f"{where}: 'source' must be a string")
         if (not isinstance(self.tflops, dict) or not self.tflops
-                or not all(isinstance(k, str) and number(v) and v > 0
+                or not all(isinstance(k, str) and _number(v) and v > 0
                            for k, v in self.tflops.items())):
             raise ValueError(f"{where}: 'tflops' must map element types to positive numbers")
+        figures = {f"tflops[{k}]": v for k, v in self.tflops.items()}
         for name in ("link_gbps", "matmul_efficiency", "link_efficiency"):
-            if not number(getattr(self, name)) or getattr(self, name) <= 0:
+            if not _number(getattr(self, name)) or getattr(self, name) <= 0:
                 raise ValueError(f"{where}: '{name}' must be a positive number")
+            figures[name] = getattr(self, name)
         for name in ("latency_us", "step_overhead_us", "loop_overhead_us"):
-            if not number(getattr(self, name)) or getattr(self, name) < 0:
+            if not _number(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"{where}: '{name}' must be a number >= 0")
+            figures[name] = getattr(self, name)
+        for name, value in figures.items():
+            if not _at_most(value, MAX_FIGURE):
+                raise ValueError(f"{where}: '{name}' must be at most {MAX_FIGURE:g}")
+        slowest = min(self.tflops.values()) * 1e12 * self.matmul_efficiency
+        if not slowest >= 1:
+            raise ValueError(f"{where}: 'tflops' x 'matmul_efficiency' gives "
+                             f"{slowest:.3g} FLOP/s; at least 1 is needed")
+        link = self.link_gbps * 1e9 * self.link_efficiency
+        if not link >= 1:
+            raise ValueError(f"{where}: 'link_gbps' x 'link_efficiency' gives "
+                             f"{link:.3g} bytes/s; at least 1 is needed")
+
+
+MAX_FIGURE = 1e12           # the largest number a profile may hold (no real figure is near)
+MAX_PROFILE_BYTES = 1 << 20  # a profile is a few hundred bytes; 1 MiB at most
+
+
+def _number(value) -> bool:
+    """A JSON number (not a bool, not nan)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _at_most(value, limit: float) -> bool:
+    try:
+        return abs(float(value)) <= limit
+    except OverflowError:   # an integer too large for a float
+        return False
+
+
+def _read_json(path: str):
+    """The JSON value in `path`: a regular file of at most MAX_PROFILE_BYTES.
+
+    Opened without blocking, so that a FIFO is refused instead of waiting for a writer.
+    Every failure is a ValueError naming the file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as err:
+        raise ValueError(f"{path}: cannot read: {err.strerror or err}") from None
+    limit = f"larger than the {MAX_PROFILE_BYTES >> 20} MiB limit for a profile file"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path}: not a regular file")
+        if info.st_size > MAX_PROFILE_BYTES:
+            raise ValueError(f"{path}: {info.st_size} bytes, {limit}")
+        raw = os.read(fd, MAX_PROFILE_BYTES + 1)
+    except OSError as err:
+        raise ValueError(f"{path}: cannot read: {err.strerror or err}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise ValueError(f"{path}: {limit}")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not valid JSON: not UTF-8 text") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not valid JSON: nested too deeply") from None
+    except ValueError as err:   # JSONDecodeError, or an integer with too many digits
+        raise ValueError(f"{path}: not valid JSON: {err}") from None
 
 
 _GPU = dict(latency_us=10.0, step_overhead_us=3.0, loop_overhead_us=5.0)
