@@ -1,6 +1,8 @@
 """A short differential-fuzzing budget in the suite (the long runs: overlap-fuzz)."""
+import dataclasses
 import random
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +17,38 @@ def test_random_programs_agree(seed):
     outcome, detail = fuzz.run(case)
     # Programs JAX or XLA:CPU itself rejects say nothing about the rewrite.
     assume(outcome not in ("not generated", "original fails"))
-    assert outcome == "rewritten", f"{outcome}: {detail}\n{case.describe()}"
+    expected = ("rewritten",) if case.context == "plain" else ("rewritten", "unchanged")
+    assert outcome in expected, f"{outcome}: {detail}\n{case.describe()}"
+
+
+def plain_case(kind: str) -> fuzz.Case:
+    """A one-axis f32 site on 4 devices: (16, 8) @ (8, 12), dim 0 gathered or scattered."""
+    return fuzz.Case(mesh=(4,), axes=("x",), kind=kind, batch=(), contracting=(8,),
+                     lhs_free=(16,), rhs_free=(12,), lhs_order=(1, 0), rhs_order=(0, 1),
+                     operand=0, role="free", index=0, dtype="float32", shardy=True,
+                     bidirectional=False, unroll=1, seed=3)
+
+
+@pytest.mark.parametrize("kind,context,expected", [
+    ("gather", "cond", "rewritten"),           # the ring hoisted out of the branch
+    ("gather", "device_loop", None),           # either, but never a wrong result
+    ("gather", "barrier", "unchanged"),
+    ("gather", "other_user", "rewritten"),
+    ("scatter", "cond", "unchanged"),
+    ("scatter", "device_loop", "unchanged"),
+    ("scatter", "barrier", "unchanged"),
+    ("scatter", "other_user", "unchanged"),
+])
+def test_contexts(kind, context, expected):
+    case = dataclasses.replace(plain_case(kind), context=context)
+    outcome, detail = fuzz.run(case)
+    assert outcome in ((expected,) if expected else ("rewritten", "unchanged")), detail
+
+
+@pytest.mark.parametrize("kind", ["gather", "scatter"])
+def test_huge_cases_are_checked_on_the_ir(kind):
+    case = fuzz.HugeCase(kind, group=8, rows=2 ** 29, bidirectional=True, unroll=2)
+    assert fuzz.run(case) == ("rewritten", "IR only: 64-bit offsets")
 
 
 def test_fuzz_script_reports_its_figures(capsys):

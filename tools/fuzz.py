@@ -25,12 +25,19 @@ import random
 import sys
 import time
 import traceback
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_force_host_platform_device_count=8").strip()
 
+# Around the site: nothing; the dot under a device-dependent lax.cond or in a fori_loop
+# with a device-dependent trip count; an optimization_barrier between collective and
+# dot; another user of the gathered tensor (or of the scattered dot). A ring must be
+# placed where every device runs it, or the site left unchanged with a remark.
+HUGE_SHARE = 0.05   # of the cases: dims beyond int32, checked on the IR only
+CONTEXTS = ("plain",) * 6 + ("cond", "device_loop", "barrier", "other_user")
 AXES = ("x", "y", "z")
 MESHES = [(n,) for n in range(2, 9)] + [(2, 2), (2, 3), (3, 2), (2, 4), (4, 2), (2, 2, 2)]
 DTYPES = ("float32", "bfloat16", "float16")
@@ -59,6 +66,7 @@ class Case:
     seed: int
     devices: tuple[int, ...] = ()  # the mesh's device order; () is JAX's own
     manual: tuple[str, ...] = ()   # shard_map's manual axes; () is every mesh axis
+    context: str = "plain"         # what surrounds the site (CONTEXTS)
 
     @property
     def group(self) -> int:
@@ -114,7 +122,9 @@ def draw(rng: random.Random, seed: int) -> Case:
         lhs_free = scale(lhs_free, index)
     else:
         rhs_free = scale(rhs_free, index - len(lhs_free))
-    shardy = rng.random() < 0.5
+    context = rng.choice(CONTEXTS)
+    # axis_index in a GSPMD export is a partition_id XLA rejects: Shardy only there.
+    shardy = rng.random() < 0.5 or context in ("cond", "device_loop")
     lhs_rank = len(batch) + len(contracting) + len(lhs_free)
     rhs_rank = len(batch) + len(contracting) + len(rhs_free)
     return Case(mesh, axes, kind, batch, contracting, lhs_free, rhs_free,
@@ -123,7 +133,7 @@ def draw(rng: random.Random, seed: int) -> Case:
                 operand, role, index, rng.choice(DTYPES), shardy,
                 rng.random() < 0.5, rng.choice((1, 1, 2, 3)), seed, devices,
                 # XLA aborts compiling partially manual GSPMD programs (the original too)
-                manual if len(manual) < rank and shardy else ())
+                manual if len(manual) < rank and shardy else (), context)
 
 
 def _letters(case: Case):
@@ -177,27 +187,42 @@ def build(case: Case):
     def spec(letters: str, sharded: bool) -> P:
         return P(*[spec_axis if sharded and ch == letter else None for ch in letters])
 
+    def around(product):
+        """`product()` (the dot) in the case's control-flow context."""
+        if case.context == "cond":
+            index = jax.lax.axis_index(case.axes[0])
+            return jax.lax.cond(index < 1, product, lambda: jnp.zeros_like(product()))
+        if case.context == "device_loop":
+            trips = jax.lax.axis_index(case.axes[0]) % 2 + 1
+            return jax.lax.fori_loop(0, trips, lambda i, acc: acc + product(),
+                                     jnp.zeros_like(product()))
+        return product()
+
+    barrier = jax.lax.optimization_barrier if case.context == "barrier" else (lambda v: v)
     if case.kind == "gather":
         gathered = lhs if case.operand == 0 else rhs
         dim = gathered.index(letter)
 
         def fn(a, w):
-            g = jax.lax.all_gather(a if case.operand == 0 else w, axis, axis=dim, tiled=True)
+            g = barrier(jax.lax.all_gather(a if case.operand == 0 else w, axis, axis=dim,
+                                           tiled=True))
             operands = (g, w) if case.operand == 0 else (a, g)
-            return jnp.einsum(f"{lhs},{rhs}->{out}", *operands,
-                              preferred_element_type=jnp.float32).astype(dtype)
+            y = around(lambda: jnp.einsum(f"{lhs},{rhs}->{out}", *operands,
+                                          preferred_element_type=jnp.float32).astype(dtype))
+            return (y, jnp.sum(g)) if case.context == "other_user" else y
 
         in_specs = (spec(lhs, case.operand == 0), spec(rhs, case.operand == 1))
-        out_specs = P()
+        out_specs = (P(), P()) if case.context == "other_user" else P()
     else:
         dim = out.index(letter)
 
         def fn(a, w):
-            y = jnp.einsum(f"{lhs},{rhs}->{out}", a, w)
-            return jax.lax.psum_scatter(y, axis, scatter_dimension=dim, tiled=True)
+            y = barrier(around(lambda: jnp.einsum(f"{lhs},{rhs}->{out}", a, w)))
+            scattered = jax.lax.psum_scatter(y, axis, scatter_dimension=dim, tiled=True)
+            return (scattered, jnp.sum(y)) if case.context == "other_user" else scattered
 
         in_specs = (spec(lhs, False), spec(rhs, False))
-        out_specs = spec(out, True)
+        out_specs = (spec(out, True), P()) if case.context == "other_user" else spec(out, True)
     jitted = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                    check_vma=False, axis_names=set(case.manual or names)))
     rng = np.random.default_rng(case.seed)
@@ -207,16 +232,95 @@ def build(case: Case):
     return jitted, inputs
 
 
+@dataclass(frozen=True)
+class HugeCase:
+    """A gather or scatter whose dims exceed int32 (never run: checked on the IR)."""
+
+    kind: str
+    group: int
+    rows: int            # the gathered shard's / scattered block's rows
+    bidirectional: bool
+    unroll: int
+
+    def describe(self) -> str:
+        return repr(self)
+
+
+HUGE_MODULE = """module attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
+  func.func @main(%x: tensor<{xs}x2xf32>, %w: tensor<2x2xf32>) -> tensor<{ys}x2xf32> {{
+    {body}
+  }}
+}}"""
+HUGE_GATHER = """%0 = "stablehlo.all_gather"(%x) <{{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[{ids}]> : tensor<1x{n}xi64>, use_global_device_ids}}> : (tensor<{xs}x2xf32>) -> tensor<{ys}x2xf32>
+    %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<{ys}x2xf32>, tensor<2x2xf32>) -> tensor<{ys}x2xf32>
+    return %1 : tensor<{ys}x2xf32>"""
+HUGE_SCATTER = """%0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<{xs}x2xf32>, tensor<2x2xf32>) -> tensor<{xs}x2xf32>
+    %1 = "stablehlo.reduce_scatter"(%0) <{{scatter_dimension = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[{ids}]> : tensor<1x{n}xi64>, use_global_device_ids}}> ({{
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %2 = stablehlo.add %a, %b : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }}) : (tensor<{xs}x2xf32>) -> tensor<{ys}x2xf32>
+    return %1 : tensor<{ys}x2xf32>"""
+
+
+def draw_huge(rng: random.Random) -> HugeCase:
+    return HugeCase(rng.choice(("gather", "scatter")), rng.randint(2, 8),
+                    rng.randint(2 ** 27, 2 ** 33), rng.random() < 0.5, rng.choice((1, 2, 3)))
+
+
+def run_huge(case: HugeCase) -> tuple[str, str]:
+    """Rewrite the module and check the IR: it verifies, the collective is gone, and
+    every start index of a slice along the huge dim is 64-bit."""
+    from jaxlib.mlir import ir
+
+    import overlap_hlo
+
+    n, rows = case.group, case.rows
+    xs, ys = (rows, rows * n) if case.kind == "gather" else (rows * n, rows)
+    body = (HUGE_GATHER if case.kind == "gather" else HUGE_SCATTER).format(
+        ids=list(range(n)), n=n, xs=xs, ys=ys)
+    try:
+        module = overlap_hlo.parse(HUGE_MODULE.format(n=n, xs=xs, ys=ys, body=body))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sites = overlap_hlo.rewrite_module(module, threshold_mib=0,
+                                               bidirectional=case.bidirectional,
+                                               unroll=case.unroll)
+    except Exception:
+        return "crash", traceback.format_exc(limit=4)
+    if not all(site.applied for site in sites):
+        return "unchanged", "; ".join(site.reason for site in sites)
+    narrow = []
+
+    def visit(op):
+        if op.name in ("stablehlo.all_gather", "stablehlo.reduce_scatter"):
+            narrow.append(op.name)
+        if op.name in ("stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice"):
+            start = op.operands[1 if op.name == "stablehlo.dynamic_slice" else 2]
+            huge = ir.RankedTensorType(op.operands[0].type).shape[0] > 2 ** 31 - 1
+            if huge and ir.RankedTensorType(start.type).element_type.width < 64:
+                narrow.append(f"{op.name} with a {start.type} start index")
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if narrow:
+        return "mismatch", f"IR check: {sorted(set(narrow))}"
+    return "rewritten", "IR only: 64-bit offsets"
+
+
 def tolerance(dtype: str) -> float:
     """Largest accepted |rewritten - original| relative to the output's scale: f32 to
     rounding, bf16/f16 four ulps (summation order and one more rounding differ)."""
     return {"float32": 1e-5, "bfloat16": 4 * 2 ** -7, "float16": 4 * 2 ** -10}[dtype]
 
 
-def run(case: Case) -> tuple[str, str]:
+def run(case: Case | HugeCase) -> tuple[str, str]:
     """(outcome, detail): outcome is "rewritten", "unchanged", "mismatch", "crash", or
     "not generated" / "original fails" when JAX or XLA rejects the original program."""
     import jax
+
+    if isinstance(case, HugeCase):
+        return run_huge(case)
 
     previous = jax.config.jax_use_shardy_partitioner
     jax.config.update("jax_use_shardy_partitioner", case.shardy)
@@ -237,24 +341,35 @@ def _run(case: Case) -> tuple[str, str]:
     except Exception as err:   # the generator made a program JAX rejects
         return "not generated", f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
     try:
-        want = np.asarray(lowered.compile()(*inputs), np.float64)
+        want = _leaves(lowered.compile()(*inputs))
     except Exception as err:   # e.g. XLA:CPU has no bf16 x bf16 -> f32 dot for some shapes
         return "original fails", f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
     options = dict(threshold_mib=0, bidirectional=case.bidirectional, unroll=case.unroll)
     try:
-        sites = overlap_hlo.remarks(lowered.as_text(), **options)
-        rewritten = overlap_hlo.rewrite_lowered(lowered, **options)
-        got = np.asarray(rewritten.compile()(*inputs), np.float64)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # sites left unchanged are counted below
+            sites = overlap_hlo.remarks(lowered.as_text(), **options)
+            rewritten = overlap_hlo.rewrite_lowered(lowered, **options)
+        got = _leaves(rewritten.compile()(*inputs))
     except Exception:
         return "crash", traceback.format_exc(limit=4)
-    if not any(site.applied for site in sites):
-        reasons = "; ".join(site.reason for site in sites) or "no candidate site"
-        return "unchanged", reasons
-    scale = max(1.0, float(np.max(np.abs(want)))) if want.size else 1.0
-    error = float(np.max(np.abs(got - want))) / scale if want.size else 0.0
+    error = 0.0
+    for g, w in zip(got, want):
+        scale = max(1.0, float(np.max(np.abs(w)))) if w.size else 1.0
+        error = max(error, float(np.max(np.abs(g - w))) / scale if w.size else 0.0)
     if not error <= tolerance(case.dtype):
         return "mismatch", f"relative error {error:.3g}"
+    if not any(site.applied for site in sites):
+        reasons = "; ".join(sorted({site.reason for site in sites})) or "no candidate site"
+        return "unchanged", reasons
     return "rewritten", f"relative error {error:.2g}"
+
+
+def _leaves(result):
+    import jax
+    import numpy as np
+
+    return [np.asarray(leaf, np.float64) for leaf in jax.tree.leaves(result)]
 
 
 def main(argv=None) -> int:
@@ -269,7 +384,8 @@ def main(argv=None) -> int:
     failures = []
     start = time.perf_counter()
     for i in range(args.cases):
-        case = draw(rng, seed=args.seed * 1_000_003 + i)
+        seed = args.seed * 1_000_003 + i
+        case = draw_huge(rng) if rng.random() < HUGE_SHARE else draw(rng, seed=seed)
         outcome, detail = run(case)
         outcomes[outcome] += 1
         if outcome in ("unchanged", "not generated", "original fails"):
