@@ -239,6 +239,10 @@ PROGRAMS = {
     "partially-manual": Program(lambda x, w: AG(x, "b", axis=0, tiled=True) @ w, (2, 4),
                                 ("a", "b"), [((32, 16), P("b")), ((16, 8), P())], P(),
                                 manual_axes=frozenset({"b"})),
+    # psum_scatter in a partially manual shard_map: JAX 0.12 lowers it on an Auto mesh
+    "partially-manual-scatter": Program(
+        lambda x, w: RS(x @ w, "b", scatter_dimension=0, tiled=True), (2, 4), ("a", "b"),
+        [((32, 16), P(None, "b")), ((16, 8), P("b"))], P("b"), manual_axes=frozenset({"b"})),
 }
 
 
