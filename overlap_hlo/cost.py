@@ -165,6 +165,10 @@ PROFILES: dict[str, Hardware] = {p.name: p for p in [
     Hardware("tpu-v5p", {"bf16": 459, "f32": 459, "int8": 918}, link_gbps=100, **_TPU,
              source="cloud.google.com/tpu/docs/v5p: 459 TFLOP/s bf16; ICI 4800 Gbps "
                     "(600 GB/s) per chip over 6 ports = 100 GB/s per port per direction"),
+    Hardware("tpu-v6e", {"bf16": 918, "f32": 918, "int8": 1836}, link_gbps=100, **_TPU,
+             source="cloud.google.com/tpu/docs/v6e: 918 TFLOP/s bf16, 1836 TOP/s int8; "
+                    "ICI 800 GB/s bidirectional per chip over 4 ports = 100 GB/s per port "
+                    "per direction"),
     Hardware("h100-sxm", {"bf16": 989, "f16": 989, "f32": 494, "f8": 1979, "int8": 1979},
              link_gbps=450, **_GPU,
              source="NVIDIA H100 datasheet (SXM, dense): 989 TFLOP/s bf16/fp16, 494 tf32, "

@@ -1,0 +1,311 @@
+"""Per-site report of a module compiled for a TPU slice, before and after the rewrite.
+
+    rep = overlap_hlo.report.build("model.mlir text", "v5e:2x4", bidirectional=True)
+    print(rep.format()); json.dump(rep.to_json(), f)
+
+Both modules are compiled ahead of time (`overlap_hlo.tpu`) and their schedules
+modelled (`overlap_hlo.schedule`). A site is found in the compiled module by the
+source location its remark names: the rewrite keeps the collective's location on every
+op it builds, and XLA carries it into the instructions' metadata. A site's time in a
+module is the communication exposed at its location, plus the compute of the
+instructions at its location, plus the matmuls that read its collective's result (or
+produce its operand) when those come from another source line (the original's dot).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from . import api, schedule, tpu
+from .locations import describe
+from .pipeline import DEFAULT_PIPELINE
+from .schedule import Analysis, Timing
+
+COLLECTIVE_OPS = ("stablehlo.all_gather", "stablehlo.reduce_scatter", "stablehlo.all_reduce")
+VIEW_OPS = ("stablehlo.transpose", "stablehlo.reshape", "stablehlo.convert",
+            "stablehlo.multiply", "sdy.sharding_constraint")
+
+
+@dataclass
+class SiteRow:
+    location: str
+    pattern: str
+    applied: bool
+    sites: int                      # remarks at this location (e.g. a layer called twice)
+    permutes: int                   # collective-permute instructions in the schedule
+    overlapped: int                 # of them, with a matmul between start and done
+    permute_executions: int         # times the loops run them
+    exposed_us: float               # communication waited for, after
+    original_exposed_us: float      # the same in the original (its collective)
+    before_us: float
+    after_us: float
+    compute_bound_us: float         # the smaller compute of the two: neither runs faster
+    collectives_left: list[str] = field(default_factory=list)
+    original_collectives: list[str] = field(default_factory=list)
+    trip_counts: list[int | None] = field(default_factory=list)
+    loop_copies: int = 0
+    loop_copy_bytes: int = 0
+    model_before_us: float | None = None   # the analytic cost model (overlap_hlo.cost)
+    model_after_us: float | None = None
+    permute_details: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    topology: str
+    hardware: str
+    clock_ghz: float
+    options: dict
+    sites: list[SiteRow]
+    original: Analysis
+    rewritten: Analysis
+    original_temp_bytes: int
+    rewritten_temp_bytes: int
+
+    @property
+    def original_us(self) -> float:
+        return self.original.total_us
+
+    @property
+    def rewritten_us(self) -> float:
+        return self.rewritten.total_us
+
+    @property
+    def compute_bound_us(self) -> float:
+        return min(self.original.compute_us, self.rewritten.compute_us)
+
+    @property
+    def permutes(self) -> int:
+        return len(self.rewritten.permutes)
+
+    @property
+    def overlapped(self) -> int:
+        return sum(p.overlapped for p in self.rewritten.permutes)
+
+    def to_json(self) -> dict:
+        return {
+            "topology": self.topology, "hardware": self.hardware,
+            "clock_ghz": self.clock_ghz, "options": self.options,
+            "sites": [asdict(row) for row in self.sites],
+            "original_us": self.original_us, "rewritten_us": self.rewritten_us,
+            "compute_bound_us": self.compute_bound_us,
+            "original_compute_us": self.original.compute_us,
+            "rewritten_compute_us": self.rewritten.compute_us,
+            "original_exposed_us": self.original.exposed_us,
+            "rewritten_exposed_us": self.rewritten.exposed_us,
+            "permutes": self.permutes, "overlapped": self.overlapped,
+            "collectives_left": [
+                {"name": c.name, "opcode": c.opcode, "location": c.location}
+                for c in self.rewritten.collectives],
+            "loops": [asdict(loop) for loop in self.rewritten.loops],
+            "loop_copies": [asdict(c) for c in self.rewritten.loop_copies],
+            "original_temp_bytes": self.original_temp_bytes,
+            "rewritten_temp_bytes": self.rewritten_temp_bytes,
+        }
+
+    def format(self) -> str:
+        headers = ["location", "pass", "permutes overlapped", "exposed us", "before us",
+                   "after us", "compute bound us", "left"]
+        rows = []
+        for row in self.sites:
+            rows.append([row.location, row.pattern.removeprefix("overlap-"),
+                         f"{row.overlapped}/{row.permutes}",
+                         f"{row.original_exposed_us:.1f} -> {row.exposed_us:.1f}",
+                         f"{row.before_us:.1f}", f"{row.after_us:.1f}",
+                         f"{row.compute_bound_us:.1f}",
+                         ", ".join(row.collectives_left) or "-"])
+        rows.append(["total", "", f"{self.overlapped}/{self.permutes}",
+                     f"{self.original.exposed_us:.1f} -> {self.rewritten.exposed_us:.1f}",
+                     f"{self.original_us:.1f}", f"{self.rewritten_us:.1f}",
+                     f"{self.compute_bound_us:.1f}",
+                     f"{len(self.rewritten.collectives)}"])
+        widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+        lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+                 for r in [headers, *rows]]
+        mib = 2 ** 20
+        lines.append(f"TPU temporaries: {self.original_temp_bytes / mib:.1f} MiB -> "
+                     f"{self.rewritten_temp_bytes / mib:.1f} MiB; "
+                     f"{len(self.rewritten.loop_copies)} loop-carried copies in loop bodies; "
+                     f"{self.topology} ({self.hardware} links, compiler cycles at "
+                     f"{self.clock_ghz:g} GHz)")
+        return "\n".join(lines) + "\n"
+
+
+def build(source, topology: str | tpu.Topology, pipeline: str = DEFAULT_PIPELINE, *,
+          input_name: str | None = None, timeline: bool = False, **options) -> Report:
+    """Compile `source` for `topology`, original and rewritten with `options`, and report
+    every site. Raises tpu.TpuError subclasses when it cannot compile."""
+    return build_variants(source, topology, {"rewritten": options}, pipeline,
+                          input_name=input_name, timeline=timeline)["rewritten"]
+
+
+def build_variants(source, topology: str | tpu.Topology, variants: dict[str, dict],
+                   pipeline: str = DEFAULT_PIPELINE, *, input_name: str | None = None,
+                   timeline: bool = False) -> dict[str, Report]:
+    """One report per option set in `variants` (name -> options), the original
+    compiled once."""
+    topo = tpu.topology(topology) if isinstance(topology, str) else topology
+    timing = Timing(topo.hardware, topo.chip.clock_ghz, topo.device_count)
+    original_compiled = tpu.compile_module(tpu.as_module(source), topo)
+    original = analyze(original_compiled, timing, timeline)
+    reports = {}
+    for name, options in variants.items():
+        compiled, sites = tpu.compile_rewritten(original_compiled.module, topo, pipeline,
+                                                input_name=input_name, **options)
+        rewritten = analyze(compiled, timing, timeline)
+        model = _model_estimates(original_compiled.module, pipeline, topo, input_name,
+                                 options)
+        by_location: dict[str, list] = {}
+        for site in sites:
+            by_location.setdefault(site.location, []).append(site)
+        dots = site_dots(original_compiled.module, input_name)
+        rows = [_row(location, group, original, rewritten, model,
+                     dots.get(location, frozenset()), input_name)
+                for location, group in by_location.items()]
+        reports[name] = Report(topo.name, topo.hardware.name, topo.chip.clock_ghz,
+                               {k: v for k, v in options.items() if v is not None}, rows,
+                               original, rewritten, original.temp_bytes,
+                               rewritten.temp_bytes)
+    return reports
+
+
+def analyze(compiled: tpu.Compiled, timing: Timing, timeline: bool = False) -> Analysis:
+    """The modelled schedule of one compiled module, with its TPU temp bytes."""
+    return schedule.analyze(compiled.hlo_module, timing, timeline=timeline,
+                            temp_bytes=compiled.memory.temp_size_in_bytes)
+
+
+def _model_estimates(module, pipeline, topo, input_name, options) -> dict:
+    """location -> the analytic model's Estimate on the slice's profile."""
+    given = dict(options, hardware=options.get("hardware") or topo.hardware.name,
+                 threshold_mib=0)
+    sites = api.remarks(module, pipeline, input_name=input_name, **given)
+    estimates: dict = {}
+    for site in sites:
+        if site.estimate is not None:
+            estimates.setdefault(site.location, []).append(site.estimate)
+    return estimates
+
+
+def site_dots(module: ir.Module, input_name: str | None) -> dict[str, frozenset[str]]:
+    """Collective location -> locations of the dot_generals beside it in StableHLO
+    (reading a gather's result, producing a scatter's operand, through views). XLA
+    may drop a collective's location when it rewrites it (a small reduce-scatter
+    becomes an all-reduce) but keeps the dot's: the dots find the collective."""
+    found: dict[str, set[str]] = {}
+
+    def visit(op):
+        if op.name in COLLECTIVE_OPS:
+            gathers = op.name == "stablehlo.all_gather"
+            dots = _dots_beside(op, gathers, depth=4)
+            if dots:
+                found.setdefault(describe(op.location, input_name), set()).update(
+                    describe(d.location, input_name) for d in dots)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return {location: frozenset(dots) for location, dots in found.items()}
+
+
+def _dots_beside(op, downstream: bool, depth: int) -> list:
+    """dot_generals reached from `op` through up to `depth` view ops."""
+    if depth == 0:
+        return []
+    if downstream:
+        neighbours = [use.owner for result in op.results for use in result.uses]
+    else:
+        neighbours = [operand.owner for operand in op.operands
+                      if not isinstance(operand.owner, ir.Block)]
+    found = []
+    for other in neighbours:
+        other = other.operation if hasattr(other, "operation") else other
+        if other.name == "stablehlo.dot_general":
+            found.append(other)
+        elif other.name in VIEW_OPS:
+            found += _dots_beside(other, downstream, depth - 1)
+    return found
+
+
+def _hlo_spelling(location: str, hlo_location: str, remark_location: str) -> str:
+    """`location` spelled as the HLO spells the input file (see `_located`)."""
+    if hlo_location != remark_location:
+        prefix = remark_location[:remark_location.index(":")]
+        hlo_prefix = hlo_location[:hlo_location.index(":")]
+        if location.startswith(prefix + ":"):
+            return hlo_prefix + location[len(prefix):]
+    return location
+
+
+def _located(analysis_location: str, input_name: str | None) -> str:
+    """An HLO location in the remarks' spelling ("-" is the input file)."""
+    if input_name and analysis_location.startswith(("-:", ":")):
+        return input_name + analysis_location[analysis_location.index(":"):]
+    return analysis_location
+
+
+def _where(instr) -> str:
+    return instr.location.format() if instr.location else ""
+
+
+@dataclass(frozen=True)
+class _SiteTime:
+    time_us: float
+    compute_us: float
+    exposed_us: float
+    collectives: tuple
+
+
+def _site_time(analysis: Analysis, location: str, dots: frozenset) -> _SiteTime:
+    """The site's time in one compiled module: its collectives' and permutes' waits,
+    the compute at its location, and the matmuls beside its collectives. A collective
+    without a location belongs to the site when a matmul beside it sits at one of the
+    site's `dots` locations."""
+    collectives = [c for c in analysis.collectives if c.location == location or (
+        not c.location and any(_where(m) in dots for m in analysis.matmuls_beside(c)))]
+    exposed = (sum(c.exposed_us for c in collectives)
+               + sum(p.exposed_us for p in analysis.permutes_at(location)))
+    compute = analysis.compute_by_location.get(location, 0.0)
+    for collective in collectives:
+        for dot in analysis.matmuls_beside(collective):
+            if _where(dot) != location:
+                compute += analysis.compute_by_name.get(dot.name, 0.0)
+    return _SiteTime(compute + exposed, compute, exposed, tuple(collectives))
+
+
+def _row(location, sites, original, rewritten, model, dots, input_name) -> SiteRow:
+    hlo_location = location
+    if input_name:   # HLO metadata spells the parsed input "-"
+        for loc in {*rewritten.compute_by_location, *(p.location for p in rewritten.permutes)}:
+            if _located(loc, input_name) == location:
+                hlo_location = loc
+                break
+    permutes = rewritten.permutes_at(hlo_location)
+    dots = frozenset(_hlo_spelling(d, hlo_location, location) for d in dots)
+    before = _site_time(original, hlo_location, dots)
+    after = _site_time(rewritten, hlo_location, dots)
+    loops = [loop for loop in rewritten.loops if loop.location == hlo_location]
+    copies = [c for c in rewritten.loop_copies
+              if any(loop.body == c.body for loop in loops)]
+    estimates = model.get(location, [])
+    return SiteRow(
+        location=location, pattern=sites[0].pattern, applied=all(s.applied for s in sites),
+        sites=len(sites), permutes=len(permutes),
+        overlapped=sum(p.overlapped for p in permutes),
+        permute_executions=sum(p.executions for p in permutes),
+        exposed_us=after.exposed_us, original_exposed_us=before.exposed_us,
+        before_us=before.time_us, after_us=after.time_us,
+        compute_bound_us=min(before.compute_us, after.compute_us),
+        collectives_left=[c.opcode for c in after.collectives],
+        original_collectives=[c.opcode for c in before.collectives],
+        trip_counts=[loop.trip_count for loop in loops],
+        loop_copies=len(copies), loop_copy_bytes=sum(c.bytes for c in copies),
+        model_before_us=sum(e.before_us for e in estimates) if estimates else None,
+        model_after_us=sum(e.after_us for e in estimates) if estimates else None,
+        permute_details=[{"name": p.name, "computation": p.computation, "bytes": p.bytes,
+                          "transfer_us": p.transfer_us, "window": list(p.window),
+                          "window_cycles": p.window_cycles, "overlapped": p.overlapped,
+                          "lane": p.lane, "executions": p.executions,
+                          "exposed_us": p.exposed_us}
+                         for p in permutes])
