@@ -2,46 +2,209 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import re
+import warnings
+from collections import Counter
 
+import numpy as np
 from jaxlib.mlir import ir
 
 from . import compat
-from .pipeline import DEFAULT_PIPELINE, build_pass_manager
+from .pipeline import DEFAULT_PIPELINE, build_pass_manager, registered_passes
 from .rewrite_pass import Site, SiteLog
 
+BYTECODE_MAGIC = b"ML\xefR"
+UTF8_BOM = b"\xef\xbb\xbf"
+# Brackets, regions and types nested deeper than this are refused before parsing:
+# MLIR's parser recurses once per level and overflows the stack at a few thousand
+# (about 3500 nested modules with an 8 MiB stack, 300 with 1 MiB).
+MAX_NESTING = 256
+# Reasons a user chose (a size threshold, the cost model): not worth a warning.
+EXPECTED_KINDS = frozenset({"below threshold-mib", "not profitable"})
 
-def pass_defaults(options: dict) -> dict[str, str]:
+
+class InputError(ValueError):
+    """Input refused before it reaches MLIR's parser (nested too deeply, an unreadable
+    portable artifact). `line` and `column` (1-based, bytes) say where, when known."""
+
+    def __init__(self, reason: str, line: int | None = None, column: int | None = None):
+        where = f"line {line}, column {column}: " if line is not None else ""
+        super().__init__(where + reason)
+        self.reason, self.line, self.column = reason, line, column
+
+
+class SitesLeftUnchanged(UserWarning):
+    """Candidate sites were left unchanged for a reason other than size or profit
+    (replica groups the rewrite cannot read, a site inside a conditional, ...)."""
+
+
+# Options and pipelines.
+
+def option_names() -> list[str]:
+    """The overlap passes' options in Python spelling (threshold_mib, hardware, ...)."""
+    names: dict[str, None] = {}
+    for cls in registered_passes().values():
+        names.update((f.name, None) for f in dataclasses.fields(cls) if f.init)
+    return list(names)
+
+
+def pass_defaults(options: dict, caller: str = "overlap_hlo") -> dict[str, str]:
     """Python keyword options (threshold_mib=0, bidirectional=True, ...) as pipeline
-    option text for every overlap pass that the pipeline leaves them unset."""
+    option text for every overlap pass that the pipeline leaves them unset.
+
+    Raises TypeError for an option no overlap pass has."""
+    valid = option_names()
+    for key in options:
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise TypeError(f"{caller}() got an unexpected keyword argument '{key}'{hint} "
+                            f"(options: {', '.join(valid)})")
     return {key.replace("_", "-"): str(value).lower() if isinstance(value, bool) else str(value)
             for key, value in options.items() if value is not None}
 
 
-def rewrite_module(module: ir.Module, pipeline: str = DEFAULT_PIPELINE, *,
-                   verify: bool = True, input_name: str | None = None,
-                   **options) -> list[Site]:
-    """Run `pipeline` on `module` in place; returns every candidate site and its fate.
+def _pipeline_text(pipeline: str | None) -> str:
+    if pipeline is None:
+        return DEFAULT_PIPELINE
+    if not isinstance(pipeline, str):
+        raise TypeError(f"pipeline must be pipeline text (a str) or None, got "
+                        f"{type(pipeline).__name__}")
+    return pipeline
 
-    `options` are the overlap passes' options in Python spelling: threshold_mib,
-    hardware, bidirectional, unroll. Raises `ir.MLIRError` if a pass or the verifier
-    fails and `overlap_hlo.PipelineError` for a bad pipeline or option.
+
+# Never silent.
+
+def unchanged_summary(sites: list[Site], see: str) -> str | None:
+    """One line on the sites left unchanged for a reason other than size or profit,
+    counted by reason, or None when there are none:
+
+        3 of 12 candidate sites left unchanged (2 replica groups ..., 1 inside a
+        stablehlo.case branch); see --remarks
     """
-    log = SiteLog(input_name=input_name)
-    defaults = pass_defaults(options)
-    with module.context:
-        pm = build_pass_manager(pipeline, log, defaults)
-        pm.enable_verifier(verify)
-        pm.run(module.operation)
-    return log.sites
+    left = [site for site in sites if not site.applied and site.kind not in EXPECTED_KINDS]
+    if not left:
+        return None
+    counts = Counter(site.kind for site in left)     # in order of first appearance
+    reasons = ", ".join(f"{count} {kind}" for kind, count
+                        in sorted(counts.items(), key=lambda item: -item[1]))
+    noun = "site" if len(sites) == 1 else "sites"
+    return (f"{len(left)} of {len(sites)} candidate {noun} left unchanged ({reasons}); "
+            f"see {see}")
+
+
+def _warn_unchanged(sites: list[Site], stacklevel: int) -> list[Site]:
+    summary = unchanged_summary(sites, see="overlap_hlo.remarks()")
+    if summary is not None:
+        warnings.warn(f"overlap-hlo: {summary}", SitesLeftUnchanged, stacklevel=stacklevel + 1)
+    return sites
+
+
+# Parsing and printing.
+
+_SKIPPED = re.compile(rb'"(?:[^"\\\n]|\\.)*"|//[^\n]*')   # strings and comments
+_TOKENS = re.compile(rb'"(?:[^"\\\n]|\\.)*"|//[^\n]*|->|>=|<=|[(\[{<)\]}>]')
+_BRACKETS = b"([{<)]}>"
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(_BRACKETS)))
+_STEP = np.zeros(256, np.int8)
+_STEP[list(b"([{<")] = 1
+_STEP[list(b")]}>")] = -1
+
+
+def check_nesting(data: bytes, limit: int = MAX_NESTING) -> None:
+    """Raise InputError where MLIR text nests brackets, regions and types deeper than
+    `limit`. Strings and comments do not count, nor the `>` of `->` and `>=`.
+
+    A fast pass over the brackets alone (the maximum of their running depth); only
+    when it exceeds `limit` a second, slower pass finds the position.
+    """
+    kept = _SKIPPED.sub(b" ", data)
+    for token in (b"->", b">=", b"<="):
+        kept = kept.replace(token, b"")
+    brackets = np.frombuffer(kept.translate(None, _NOT_BRACKETS), np.uint8)
+    if not brackets.size or int(np.cumsum(_STEP[brackets], dtype=np.int64).max()) <= limit:
+        return
+    depth = 0
+    for match in _TOKENS.finditer(data):
+        token = match[0]
+        if len(token) == 1:
+            depth += int(_STEP[token[0]])
+            if depth > limit:
+                position = match.start()
+                line_start = data.rfind(b"\n", 0, position) + 1
+                raise InputError(f"nested deeper than {limit} levels (brackets, regions and "
+                                 "types together); refused before parsing, since MLIR's "
+                                 "parser would overflow its stack",
+                                 data.count(b"\n", 0, position) + 1, position - line_start + 1)
+
+
+def portable_artifact_producer(data: bytes) -> str | None:
+    """"StableHLO_v1.15.0" for a StableHLO portable artifact (VHLO bytecode, what
+    `jax.export` stores in `mlir_module_serialized`), else None.
+
+    MLIR bytecode starts with its magic, a version (a prefix varint: the trailing zero
+    bits of the first byte count the bytes that follow) and a NUL-terminated producer.
+    """
+    if not data.startswith(BYTECODE_MAGIC) or len(data) <= len(BYTECODE_MAGIC):
+        return None
+    first = data[len(BYTECODE_MAGIC)]
+    start = len(BYTECODE_MAGIC) + (9 if first == 0 else (first & -first).bit_length())
+    end = data.find(b"\0", start, start + 64)
+    producer = data[start:end] if end > 0 else b""
+    return producer.decode("ascii", "replace") if producer.startswith(b"StableHLO_v") else None
+
+
+def _deserialize(data: bytes, producer: str, context: ir.Context) -> ir.Module:
+    messages = []
+
+    def collect(diagnostic) -> bool:
+        messages.append(str(diagnostic.message).strip())
+        return True
+
+    handler = context.attach_diagnostic_handler(collect)
+    try:
+        return compat.deserialize_portable_artifact(data, context)
+    except ValueError as err:
+        reason = messages[0] if messages else str(err)
+        raise InputError(f"cannot read this StableHLO portable artifact (written by "
+                         f"{producer}, read with StableHLO_v{compat.stablehlo_version()}): "
+                         f"{reason}") from None
+    finally:
+        handler.detach()
 
 
 def parse(source: str | bytes, context: ir.Context | None = None) -> ir.Module:
-    """Parse MLIR text or bytecode in a context with every JAX dialect."""
+    """Parse MLIR text or bytecode in a context with every JAX dialect.
+
+    A StableHLO portable artifact (`Exported.mlir_module_serialized`) is read back as
+    StableHLO; a leading UTF-8 byte order mark is ignored. Raises `InputError` (a
+    ValueError) for text nested deeper than MAX_NESTING and for an unreadable
+    portable artifact, `ir.MLIRError` for anything MLIR's parser rejects.
+    """
+    if isinstance(source, str):
+        source = source.encode("utf-8")
+    elif not isinstance(source, (bytes, bytearray, memoryview)):
+        raise TypeError(f"parse() takes MLIR text (str) or bytes, got {type(source).__name__}")
+    data = bytes(source)
     context = context or compat.make_context()
-    return ir.Module.parse(source, context=context)
+    if data.startswith(BYTECODE_MAGIC):
+        producer = portable_artifact_producer(data)
+        if producer is not None:
+            return _deserialize(data, producer, context)
+        return ir.Module.parse(data, context=context)
+    if data.startswith(UTF8_BOM):
+        data = data[len(UTF8_BOM):]
+    check_nesting(data)
+    return ir.Module.parse(data, context=context)
 
 
-def serialize(module: ir.Module, bytecode: bool = False) -> str | bytes:
+def serialize(module: ir.Module, bytecode: bool = False,
+              portable_artifact: bool = False) -> str | bytes:
+    """Text, MLIR bytecode, or a StableHLO portable artifact as `jax.export` writes it."""
+    if portable_artifact:
+        with module.context:
+            return compat.serialize_for_export(module)
     if bytecode:
         import io
 
@@ -51,22 +214,59 @@ def serialize(module: ir.Module, bytecode: bool = False) -> str | bytes:
     return module.operation.get_asm(enable_debug_info=False, assume_verified=True)
 
 
-def rewrite_source(source: str | bytes, pipeline: str = DEFAULT_PIPELINE, *,
-                   emit_bytecode: bool = False, **options) -> str | bytes:
-    """Rewrite MLIR text or bytecode; returns text (or bytecode)."""
+# Rewriting.
+
+def _rewrite(module: ir.Module, pipeline: str | None, verify: bool, input_name: str | None,
+             options: dict, caller: str) -> list[Site]:
+    if not isinstance(module, ir.Module):
+        raise TypeError(f"{caller}() takes an ir.Module, got {type(module).__name__}")
+    log = SiteLog(input_name=input_name)
+    defaults = pass_defaults(options, caller)
+    with module.context:
+        pm = build_pass_manager(_pipeline_text(pipeline), log, defaults)
+        pm.enable_verifier(verify)
+        pm.run(module.operation)
+    return log.sites
+
+
+def rewrite_module(module: ir.Module, pipeline: str | None = DEFAULT_PIPELINE, *,
+                   verify: bool = True, input_name: str | None = None,
+                   **options) -> list[Site]:
+    """Run `pipeline` on `module` in place; returns every candidate site and its fate.
+
+    `options` are the overlap passes' options in Python spelling: threshold_mib,
+    hardware, bidirectional, unroll (an unknown one raises TypeError). `pipeline=None`
+    is the default pipeline. `input_name` replaces the parser's "-" in site
+    locations. Raises `ir.MLIRError` if a pass or the verifier fails and
+    `overlap_hlo.PipelineError` for a bad pipeline or option. Warns with
+    `SitesLeftUnchanged` when sites are left unchanged for a reason other than
+    size or profit.
+    """
+    sites = _rewrite(module, pipeline, verify, input_name, options, "rewrite_module")
+    return _warn_unchanged(sites, stacklevel=2)
+
+
+def rewrite_source(source: str | bytes, pipeline: str | None = DEFAULT_PIPELINE, *,
+                   emit_bytecode: bool = False, emit_portable_artifact: bool = False,
+                   input_name: str | None = None, **options) -> str | bytes:
+    """Rewrite MLIR text, bytecode or a StableHLO portable artifact; returns text, or
+    bytecode, or a portable artifact (as `jax.export` writes it) when asked."""
+    pass_defaults(options, "rewrite_source")
     module = parse(source)
-    rewrite_module(module, pipeline, **options)
-    return serialize(module, emit_bytecode)
+    _warn_unchanged(_rewrite(module, pipeline, True, input_name, options, "rewrite_source"),
+                    stacklevel=2)
+    return serialize(module, emit_bytecode, emit_portable_artifact)
 
 
-def remarks(source: str | bytes | ir.Module, pipeline: str = DEFAULT_PIPELINE,
-            **options) -> list[Site]:
+def remarks(source: str | bytes | ir.Module, pipeline: str | None = DEFAULT_PIPELINE, *,
+            input_name: str | None = None, **options) -> list[Site]:
     """Every candidate site of `source` and what the pipeline would do with it
     (location, pattern, shapes, group size, decision and reason, predicted times).
     The input is not changed."""
+    pass_defaults(options, "remarks")
     if isinstance(source, ir.Module):
         source = serialize(source, bytecode=True)
-    return rewrite_module(parse(source), pipeline, **options)
+    return _rewrite(parse(source), pipeline, True, input_name, options, "remarks")
 
 
 def _copy(module: ir.Module) -> ir.Module:
@@ -74,25 +274,32 @@ def _copy(module: ir.Module) -> ir.Module:
     return parse(serialize(module, bytecode=True))
 
 
-def rewrite_lowered(lowered, pipeline: str = DEFAULT_PIPELINE, **options):
+def _rewrite_lowered(lowered, pipeline, options, stacklevel: int):
+    module = _copy(lowered.compiler_ir("stablehlo"))
+    sites = _rewrite(module, pipeline, True, None, options, "rewrite_lowered")
+    _warn_unchanged(sites, stacklevel + 1)
+    return compat.replace_lowered_module(lowered, module)
+
+
+def rewrite_lowered(lowered, pipeline: str | None = DEFAULT_PIPELINE, **options):
     """A new `jax.stages.Lowered` whose `.compile()` runs the rewritten module.
 
     `lowered` and JAX's cached lowering are left as they were.
     """
-    module = _copy(lowered.compiler_ir("stablehlo"))
-    rewrite_module(module, pipeline, **options)
-    return compat.replace_lowered_module(lowered, module)
+    pass_defaults(options, "rewrite_lowered")
+    return _rewrite_lowered(lowered, pipeline, options, stacklevel=2)
 
 
-def rewrite_exported(exported, pipeline: str = DEFAULT_PIPELINE, **options):
+def rewrite_exported(exported, pipeline: str | None = DEFAULT_PIPELINE, **options):
     """A new `jax.export.Exported` carrying the rewritten module.
 
     Its `.call()` runs the rewritten module, and it survives serialize()/deserialize().
     """
+    pass_defaults(options, "rewrite_exported")
     module = parse(exported.mlir_module())
-    rewrite_module(module, pipeline, **options)
-    with module.context:
-        payload = compat.serialize_for_export(module)
+    _warn_unchanged(_rewrite(module, pipeline, True, None, options, "rewrite_exported"),
+                    stacklevel=2)
+    payload = serialize(module, portable_artifact=True)
     return dataclasses.replace(exported, mlir_module_serialized=payload)
 
 
@@ -104,17 +311,21 @@ class Overlapped:
     `lower(*args)` gives the rewritten `jax.stages.Lowered` itself.
     """
 
-    def __init__(self, jitted, pipeline: str = DEFAULT_PIPELINE, **options):
+    def __init__(self, jitted, pipeline: str | None = DEFAULT_PIPELINE, **options):
         import jax
 
+        pass_defaults(options, "overlap")
         self.jitted = jitted if hasattr(jitted, "lower") else jax.jit(jitted)
-        self.pipeline = pipeline
+        self.pipeline = _pipeline_text(pipeline)
         self.options = options
         self._compiled: dict = {}
 
     def lower(self, *args, **kwargs):
-        return rewrite_lowered(self.jitted.lower(*args, **kwargs), self.pipeline,
-                               **self.options)
+        return self._lower(args, kwargs, stacklevel=2)
+
+    def _lower(self, args, kwargs, stacklevel: int):
+        return _rewrite_lowered(self.jitted.lower(*args, **kwargs), self.pipeline,
+                                self.options, stacklevel + 1)
 
     def __call__(self, *args, **kwargs):
         import jax
@@ -123,7 +334,7 @@ class Overlapped:
         key = (tree, tuple(_signature(leaf) for leaf in leaves))
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self._compiled[key] = self.lower(*args, **kwargs).compile()
+            compiled = self._compiled[key] = self._lower(args, kwargs, stacklevel=2).compile()
         return compiled(*args, **kwargs)
 
 
@@ -138,12 +349,13 @@ def _signature(leaf):
     return (tuple(shape), str(dtype), sharding)
 
 
-def overlap(fn, pipeline: str = DEFAULT_PIPELINE, **options) -> Overlapped:
+def overlap(fn, pipeline: str | None = DEFAULT_PIPELINE, **options) -> Overlapped:
     """`fn` (a function or a `jax.jit` of one) with its collectives decomposed.
 
         step = overlap_hlo.overlap(jax.jit(train_step), bidirectional=True)
         state, loss = step(state, batch)
 
-    Options as for `rewrite_module` (threshold_mib, hardware, bidirectional, unroll).
+    Options as for `rewrite_module` (threshold_mib, hardware, bidirectional, unroll);
+    an unknown one raises TypeError here.
     """
     return Overlapped(fn, pipeline, **options)

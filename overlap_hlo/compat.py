@@ -40,3 +40,18 @@ def serialize_for_export(module: ir.Module) -> bytes:
     from jax._src.export import _export
 
     return _export._module_to_bytecode(module)
+
+
+def deserialize_portable_artifact(data: bytes, context: ir.Context) -> ir.Module:
+    """A StableHLO portable artifact (VHLO bytecode, `Exported.mlir_module_serialized`)
+    read back as a StableHLO module; ValueError when it cannot be read."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    return stablehlo.deserialize_portable_artifact(context, data)
+
+
+def stablehlo_version() -> str:
+    """The StableHLO version of this jaxlib ("1.15.0")."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    return stablehlo.get_current_version()
