@@ -3,6 +3,7 @@ exit code, never a traceback, and an existing output file never clobbered."""
 import io
 
 import pytest
+from jaxlib.mlir import ir
 
 import overlap_hlo
 from overlap_hlo.tools.overlap_opt import main
@@ -165,3 +166,59 @@ def test_semantics_guards_leave_sites_unchanged_with_a_remark(tmp_path, capsys, 
     assert code == 0, err
     assert "left unchanged: " + reason in err
     assert "collective_permute" not in out.read_text()
+
+
+# Nesting MLIR's recursive parser cannot take: refused before it is parsed.
+
+DEEP = {
+    "modules": ("module {" * 5000 + "}" * 5000, 1, 8 * 257),
+    "tuple": ("func.func private @f(" + "tuple<" * 100_000 + "i32" + ">" * 100_000 + ")\n",
+              1, 21 + 6 * 255 + 6),
+    # `->` and brackets in strings are no closers: they cannot hide the nesting.
+    "after-arrows": ("func.func private @g() -> ()\n" * 300 + "module {" * 5000
+                     + "}" * 5000, 301, 8 * 257),
+    "after-string": ('module attributes {a = "' + ")" * 5000 + '"} {\n' + "module {" * 5000
+                     + "}" * 5000 + "}\n", 2, 8 * 256),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DEEP))
+def test_deep_nesting_is_refused_before_parsing(tmp_path, capsys, kind):
+    source, line, column = DEEP[kind]
+    code, out = run(tmp_path, source, "--pass-pipeline=builtin.module()")
+    err = capsys.readouterr().err
+    assert_clean_failure(code, out, err)
+    assert err == (f"{tmp_path / 'in.mlir'}:{line}:{column}: error: nested deeper than "
+                   f"{overlap_hlo.api.MAX_NESTING} levels (brackets, regions and types "
+                   "together); refused before parsing, since MLIR's parser would overflow "
+                   "its stack\n")
+    with pytest.raises(overlap_hlo.InputError) as info:
+        overlap_hlo.parse(source)
+    assert isinstance(info.value, ValueError)
+    assert (info.value.line, info.value.column) == (line, column)
+
+
+def test_nesting_up_to_the_limit_parses(tmp_path, capsys):
+    depth = overlap_hlo.api.MAX_NESTING
+    noise = ('module attributes {test.s = "' + "(" * 1000 + '"} {\n// ' + "[" * 1000 + "\n"
+             + "".join(f"func.func private @g{i}() -> ()\n" for i in range(300)) + "}\n")
+    source = noise + "module {" * depth + "}" * depth + "\n"
+    code, out = run(tmp_path, source, "--pass-pipeline=builtin.module()")
+    assert code == 0, capsys.readouterr().err
+    modules = []
+    overlap_hlo.parse(source).operation.walk(
+        lambda op: modules.append(op.name == "builtin.module") or ir.WalkResult.ADVANCE)
+    assert sum(modules) == depth + 2   # the implicit top module and the noise module
+    deeper = noise + "module {" * (depth + 1) + "}" * (depth + 1) + "\n"
+    with pytest.raises(overlap_hlo.InputError):
+        overlap_hlo.parse(deeper)
+
+
+def test_byte_order_mark_is_ignored(tmp_path, capsys):
+    source = gather()
+    code, out = run(tmp_path, b"\xef\xbb\xbf" + source.encode(), "--threshold-mib=0",
+                    mode="wb")
+    assert code == 0, capsys.readouterr().err
+    plain = overlap_hlo.rewrite_source(source, threshold_mib=0)
+    assert out.read_text() == plain
+    assert overlap_hlo.rewrite_source("\ufeff" + source, threshold_mib=0) == plain

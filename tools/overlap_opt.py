@@ -6,18 +6,23 @@ Reads MLIR text or bytecode (stdin by default), runs the pipeline
 (`overlap_hlo.DEFAULT_PIPELINE` unless --pass-pipeline says otherwise) and writes the
 module (stdout by default). Exit status: 0 success; 1 failure (unreadable or malformed
 input, a pass or the verifier failed, diagnostics not as expected, output not
-writable); 2 usage error (bad flag, unknown pass or pass option).
+writable, input over MAX_INPUT_BYTES); 2 usage error (bad flag, unknown pass or pass
+option). Killed by SIGINT, SIGTERM or SIGHUP it says so in one line, deletes its
+temporary output file and dies of that signal (the shell reports 128 + its number).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import inspect
 import math
 import os
+import signal
 import stat
 import sys
 import tempfile
+import threading
 import traceback
 from dataclasses import MISSING, dataclass
 from typing import Callable
@@ -26,6 +31,7 @@ from jaxlib.mlir import ir
 
 import overlap_hlo
 from overlap_hlo import compat
+from overlap_hlo.api import BYTECODE_MAGIC, UTF8_BOM, InputError, unchanged_summary
 from overlap_hlo.locations import describe, file_line_col
 from overlap_hlo.pipeline import PipelineError, build_pass_manager, registered_passes
 from overlap_hlo.cost import PROFILES
@@ -36,8 +42,11 @@ from .verify_diagnostics import Diagnostic, parse_expectations, verify
 PROG = "overlap-opt"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 SPLIT_MARKER = "// -----"
-BYTECODE_MAGIC = b"ML\xefR"
 STDIN_NAME = "<stdin>"
+MAX_INPUT_BYTES = 2 << 30   # 2 GiB: more than XLA's protobuf-based compile path takes
+READ_CHUNK = 64 << 20
+INTERRUPTS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                   if hasattr(signal, name))
 
 class CliError(Exception):
     """Reported as one `overlap-opt: error: ...` line; ends the run with `exit_code`."""
@@ -53,17 +62,26 @@ def main(argv: list[str] | None = None) -> int:
     # Boolean flags read as in mlir-opt: a bare `--verify-each` means true and a value
     # comes only after "=", so `--verify-each input.mlir` keeps input.mlir an input.
     argv = ["--verify-each=true" if arg == "--verify-each" else arg for arg in argv]
-    try:
-        args = parser.parse_args(argv)
-        if args.emit_bytecode and args.split_input_file:
-            parser.error("--emit-bytecode cannot be combined with --split-input-file")
-    except SystemExit as done:  # --help, --version, or a usage error argparse reported
-        return EXIT_OK if done.code is None else int(done.code)
-    try:
-        return Driver(args).run()
-    except CliError as err:
-        _error(str(err))
-        return err.exit_code
+    with _closed_streams_guarded(), _interrupts_handled():
+        try:
+            args = parser.parse_args(argv)
+            outputs = [flag for flag, on in (("--emit-bytecode", args.emit_bytecode),
+                                              ("--emit-portable-artifact",
+                                               args.emit_portable_artifact)) if on]
+            if len(outputs) > 1:
+                parser.error(f"{outputs[0]} cannot be combined with {outputs[1]}")
+            if outputs and args.split_input_file:
+                parser.error(f"{outputs[0]} cannot be combined with --split-input-file")
+        except SystemExit as done:  # --help, --version, or a usage error argparse reported
+            return EXIT_OK if done.code is None else int(done.code)
+        try:
+            return Driver(args).run()
+        except CliError as err:
+            _error(str(err))
+            return err.exit_code
+        except MemoryError:
+            _error("out of memory")
+            return EXIT_FAILURE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="same as --verify-each=false")
     parser.add_argument("--emit-bytecode", action="store_true",
                         help="write MLIR bytecode instead of text")
+    parser.add_argument("--emit-portable-artifact", action="store_true",
+                        help="write a StableHLO portable artifact (VHLO bytecode, at the "
+                             "version jax.export writes) that can replace an Exported's "
+                             "mlir_module_serialized; portable artifacts are read "
+                             "whether or not this is given")
     parser.add_argument("--mlir-print-debuginfo", action="store_true",
                         help="print locations in the output")
     parser.add_argument("--mlir-print-ir-before-all", action="store_true",
@@ -168,8 +191,87 @@ def _version() -> str:
     return f"{PROG} (overlap-hlo {ours}, jaxlib {jaxlib.__version__})"
 
 
+def _say(text: str) -> None:
+    """One line on stderr; a stderr that cannot be written to is not an error."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        print(text, file=sys.stderr, flush=True)
+
+
 def _error(message: str) -> None:
-    print(f"{PROG}: error: {message.rstrip()}", file=sys.stderr, flush=True)
+    _say(f"{PROG}: error: {message.rstrip()}")
+
+
+@contextlib.contextmanager
+def _closed_streams_guarded():
+    """Run with stdin, stdout or stderr closed (`<&-`, `>&-`, `2>&-`).
+
+    A closed descriptor 0-2 gets /dev/null, so that no file the tool opens takes its
+    number (and nothing meant for the terminal lands in an output file); Python has
+    already set the matching sys.stdin/sys.stdout to None, which the Driver reports
+    as "closed" if it needs that stream. A missing sys.stderr writes to /dev/null.
+    """
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.open(os.devnull, os.O_RDWR)   # the lowest free number: `fd`
+    stderr = sys.stderr
+    if stderr is None:
+        sys.stderr = open(os.devnull, "w")
+    try:
+        yield
+    finally:
+        if stderr is None:
+            sys.stderr.close()
+            sys.stderr = stderr
+
+
+class _Interrupts:
+    """SIGINT, SIGTERM and SIGHUP: say so in one line, delete the temporary output file
+    (if one exists), and die of the signal, as the default action would."""
+
+    temporary: str | None = None
+
+    @classmethod
+    def handle(cls, signum, frame) -> None:
+        path, cls.temporary = cls.temporary, None
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        with contextlib.suppress(OSError):
+            os.write(2, f"{PROG}: error: interrupted by {signal.Signals(signum).name}\n"
+                        .encode())
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+@contextlib.contextmanager
+def _interrupts_handled():
+    if threading.current_thread() is not threading.main_thread():
+        yield   # signal handlers can only be installed from the main thread
+        return
+    previous = {signum: signal.signal(signum, _Interrupts.handle) for signum in INTERRUPTS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def _interrupts_blocked():
+    """Hold the interrupting signals back (while a temporary file is created and
+    recorded, so that none is left behind unrecorded)."""
+    block = getattr(signal, "pthread_sigmask", None)
+    if block is None:
+        yield
+        return
+    previous = block(signal.SIG_BLOCK, INTERRUPTS)
+    try:
+        yield
+    finally:
+        block(signal.SIG_SETMASK, previous)
 
 
 def list_passes() -> str:
@@ -258,7 +360,7 @@ class Driver:
 
     def run(self) -> int:
         if self.args.list_passes:
-            sys.stdout.write(list_passes())
+            self._write_stdout(list_passes().encode())
             return EXIT_OK
         self.context = compat.make_context()
         handler = self.context.attach_diagnostic_handler(self._on_diagnostic)
@@ -270,7 +372,10 @@ class Driver:
             handler.detach()
         ok = all(result.ok for result in results)
         if self.args.pass_statistics:
-            sys.stderr.write(format_statistics(self.sites))
+            _say(format_statistics(self.sites).rstrip("\n"))
+        summary = unchanged_summary(self.sites, see="--remarks")
+        if summary and not (self.args.remarks or self.args.verify_diagnostics):
+            _say(f"{PROG}: warning: {summary}")
         outputs = [result.output for result in results if result.output is not None]
         if ok or self.args.output == "-":  # a failed run never touches an output file
             separator = f"{SPLIT_MARKER}\n".encode()
@@ -287,23 +392,44 @@ class Driver:
             raise CliError(str(err), EXIT_USAGE) from None
 
     def _check_output_path(self) -> None:
+        """Refuse, before any work, an output that cannot be written."""
         path = self.args.output
         if path == "-":
+            if sys.stdout is None:
+                raise CliError("cannot write to stdout: it is closed")
             return
-        directory = os.path.dirname(os.path.realpath(path))
-        if not os.path.isdir(directory):
-            raise CliError(f"cannot write '{path}': directory '{os.path.dirname(path)}' "
-                           "does not exist")
-        if os.path.isdir(path):
-            raise CliError(f"cannot write '{path}': it is a directory")
+        fail = lambda why: CliError(f"cannot write '{path}': {why}")  # noqa: E731
+        if path.endswith(("/", os.sep)) or os.path.isdir(path):
+            raise fail("it is a directory" if os.path.isdir(path) else
+                       "not a directory (the name ends with '/')")
+        try:
+            os.stat(path)
+        except OSError as err:
+            if err.errno == errno.ENOTDIR:
+                raise fail(f"'{_first_existing_parent(path)}' is not a directory") from None
+            if err.errno != errno.ENOENT:
+                raise fail(err.strerror or str(err)) from None
+        if os.path.islink(path) and not os.path.exists(path):
+            # A dangling link: writing creates its target, if the target's directory exists.
+            if not os.path.isdir(os.path.dirname(os.path.realpath(path))):
+                raise fail(f"it is a symbolic link to '{os.readlink(path)}', whose "
+                           "directory does not exist")
+            return
+        if not os.path.isdir(os.path.dirname(os.path.realpath(path))):
+            raise fail(f"directory '{os.path.dirname(path)}' does not exist")
 
     def _read_input(self) -> bytes:
+        """The whole input, at most MAX_INPUT_BYTES of it (stdin, a file, a device)."""
         if self.args.input == "-":
+            if sys.stdin is None:
+                raise CliError("cannot read stdin: it is closed")
             stream = getattr(sys.stdin, "buffer", None)
-            return stream.read() if stream is not None else sys.stdin.read().encode()
+            if stream is None:   # a text stream put in place of stdin
+                return _read_bounded(sys.stdin, "stdin", text=True)
+            return _read_bounded(stream, "stdin")
         try:
             with open(self.args.input, "rb") as file:
-                return file.read()
+                return _read_bounded(file, f"'{self.args.input}'")
         except OSError as err:
             raise CliError(f"cannot read '{self.args.input}': "
                            f"{err.strerror or err}") from None
@@ -311,6 +437,8 @@ class Driver:
     def _chunks(self, data: bytes) -> list[Chunk]:
         if data.startswith(BYTECODE_MAGIC):
             return [Chunk(data, "")]
+        if data.startswith(UTF8_BOM):   # as editors on Windows write it; not MLIR's
+            data = data[len(UTF8_BOM):]
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
@@ -348,7 +476,8 @@ class Driver:
         """Replace `path` atomically: a temporary file beside it, then os.replace.
 
         Through a symlink the target is replaced, not the link; a device or a FIFO
-        (/dev/null, /dev/stdout) is written straight into, never replaced.
+        (/dev/null, /dev/stdout) is written straight into, never replaced. A signal
+        that ends the run deletes the temporary file (see _Interrupts).
         """
         existing = os.stat(path) if os.path.exists(path) else None
         if existing is not None and not stat.S_ISREG(existing.st_mode):
@@ -357,9 +486,11 @@ class Driver:
             return
         target = os.path.realpath(path)
         mode = stat.S_IMODE(existing.st_mode) if existing else 0o666 & ~_umask()
-        fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target),
-                                         prefix=f".{os.path.basename(target)}.",
-                                         suffix=".tmp")
+        with _interrupts_blocked():
+            fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target),
+                                             prefix=f".{os.path.basename(target)}.",
+                                             suffix=".tmp")
+            _Interrupts.temporary = temporary
         try:
             with os.fdopen(fd, "wb") as file:
                 file.write(payload)
@@ -369,23 +500,29 @@ class Driver:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise
+        finally:
+            _Interrupts.temporary = None
 
     def _write_stdout(self, payload: bytes) -> None:
-        sys.stdout.flush()
+        if sys.stdout is None:
+            raise CliError("cannot write to stdout: it is closed")
         stream = getattr(sys.stdout, "buffer", None)
         try:
+            sys.stdout.flush()
             if stream is not None:
                 stream.write(payload)
                 stream.flush()
-            elif self.args.emit_bytecode:
+            elif self.args.emit_bytecode or self.args.emit_portable_artifact:
                 raise CliError("stdout does not accept bytes; use -o to write bytecode")
             else:
                 sys.stdout.write(payload.decode("utf-8"))
                 sys.stdout.flush()
         except BrokenPipeError:
             # The reader went away (`overlap-opt x.mlir | head`): say nothing more.
-            with contextlib.suppress(OSError, ValueError):
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _discard_stdout()
+        except OSError as err:   # a full disk (`> /dev/full`), a revoked terminal, ...
+            _discard_stdout()
+            raise CliError(f"cannot write to stdout: {err.strerror or err}") from None
 
     # One chunk.
 
@@ -397,6 +534,10 @@ class Driver:
                 module = overlap_hlo.parse(chunk.source, self.context)
             except ir.MLIRError as err:
                 self._add_mlir_error(err)
+            except InputError as err:   # nested too deeply, an unreadable artifact
+                where = self.input_name if err.line is None else \
+                    f"{self.input_name}:{err.line}:{err.column}"
+                self.diagnostics.append(Diagnostic("error", err.reason, where, err.line))
             else:
                 if self._run_pipeline(module):
                     output = self._print(module)
@@ -405,13 +546,12 @@ class Driver:
             expectations = parse_expectations(chunk.text, self.input_name)
             problems = verify(self.diagnostics, expectations)
             for problem in problems:
-                print(problem, file=sys.stderr)
+                _say(problem)
             ok = not problems
         else:
             for diagnostic in self.diagnostics:
                 self._print_diagnostic(diagnostic)
             ok = not failed
-        sys.stderr.flush()
         return ChunkResult(ok, None if failed else output)
 
     def _run_pipeline(self, module: ir.Module) -> bool:
@@ -432,8 +572,8 @@ class Driver:
             self._add_mlir_error(err)
             return False
         except Exception as err:  # a bug in a pass, not in the input
-            print(f"{PROG}: internal error while running the pipeline (please report "
-                  f"it):\n{traceback.format_exc()}", file=sys.stderr, end="")
+            _say(f"{PROG}: internal error while running the pipeline (please report "
+                 f"it):\n{traceback.format_exc().rstrip()}")
             self.diagnostics.append(Diagnostic(
                 "error", f"internal error: {type(err).__name__}: {err}",
                 self.input_name, None))
@@ -441,9 +581,17 @@ class Driver:
         finally:
             del pm  # the timing report is printed when the PassManager goes away
 
-    def _print(self, module: ir.Module) -> bytes:
+    def _print(self, module: ir.Module) -> bytes | None:
         if self.args.emit_bytecode:
             return overlap_hlo.serialize(module, bytecode=True)
+        if self.args.emit_portable_artifact:
+            try:
+                return overlap_hlo.serialize(module, portable_artifact=True)
+            except (ValueError, RuntimeError) as err:   # ops VHLO cannot hold
+                self.diagnostics.append(Diagnostic(
+                    "error", f"cannot write a StableHLO portable artifact: {err}",
+                    self.input_name, None))
+                return None
         # Without --verify-each the module may be invalid: let the printer check it
         # and fall back to the generic form instead of crashing.
         text = module.operation.get_asm(enable_debug_info=self.args.mlir_print_debuginfo,
@@ -486,9 +634,53 @@ class Driver:
                                            self._line(location)))
 
     def _print_diagnostic(self, diagnostic: Diagnostic) -> None:
-        print(diagnostic.format(), file=sys.stderr)
+        _say(diagnostic.format())
         for note in diagnostic.notes:
             self._print_diagnostic(note)
+
+
+def _read_bounded(stream, name: str, text: bool = False) -> bytes:
+    """All of `stream`, or CliError once it holds more than MAX_INPUT_BYTES or memory
+    runs out (`/dev/zero`, an endless pipe)."""
+    limit = MAX_INPUT_BYTES
+    chunks, size = [], 0
+    try:
+        while size <= limit:
+            chunk = stream.read(min(READ_CHUNK, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk.encode("utf-8") if text else chunk)
+            size += len(chunks[-1])
+        if size > limit:
+            raise CliError(f"cannot read {name}: larger than the input limit of "
+                           f"{_size_text(limit)}")
+        return b"".join(chunks)
+    except MemoryError:
+        chunks.clear()
+        raise CliError(f"cannot read {name}: out of memory after {_size_text(size)}") from None
+    except OSError as err:
+        raise CliError(f"cannot read {name}: {err.strerror or err}") from None
+
+
+def _size_text(size: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift:
+            return f"{size / (1 << shift):g} {unit}"
+    return f"{size} bytes"
+
+
+def _first_existing_parent(path: str) -> str:
+    """The nearest ancestor of `path`, as the user spelled it, that exists."""
+    parent = os.path.dirname(path.rstrip("/" + os.sep))
+    while parent and not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    return parent or "."
+
+
+def _discard_stdout() -> None:
+    """Point fd 1 at /dev/null so that the interpreter's last flush cannot fail again."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _umask() -> int:
