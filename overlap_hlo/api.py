@@ -45,7 +45,7 @@ def option_names() -> list[str]:
     """The overlap passes' options in Python spelling (threshold_mib, hardware, ...)."""
     names: dict[str, None] = {}
     for cls in registered_passes().values():
-        names.update((f.name, None) for f in dataclasses.fields(cls) if f.init)
+        names.update((f.name, None) for f in cls.options().values())
     return list(names)
 
 

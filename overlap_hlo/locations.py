@@ -5,21 +5,25 @@ from jaxlib.mlir import ir
 
 
 def file_line_col(loc: ir.Location) -> ir.FileLineColLoc | None:
-    """The first file location inside `loc` (through names, call sites, fusions)."""
-    if type(loc) is ir.Location:
-        # Diagnostics hand out plain `ir.Location`s; get the concrete location class.
-        loc = ir.Location.from_attr(loc.attr, loc.context)
-    if isinstance(loc, ir.FileLineColLoc):
-        return loc
-    if isinstance(loc, ir.NameLoc):
-        return file_line_col(loc.child_loc)
-    if isinstance(loc, ir.CallSiteLoc):
-        return file_line_col(loc.callee)
-    if isinstance(loc, ir.FusedLoc):
-        for inner in loc.locations:
-            found = file_line_col(inner)
-            if found is not None:
-                return found
+    """The first file location inside `loc` (through names, call sites, fusions).
+
+    Iterative, depth first: a location nested thousands deep (from bytecode, which
+    the nesting check does not see) cannot exhaust Python's recursion limit.
+    """
+    pending = [loc]
+    while pending:
+        loc = pending.pop()
+        if type(loc) is ir.Location:
+            # Diagnostics hand out plain `ir.Location`s; get the concrete location class.
+            loc = ir.Location.from_attr(loc.attr, loc.context)
+        if isinstance(loc, ir.FileLineColLoc):
+            return loc
+        if isinstance(loc, ir.NameLoc):
+            pending.append(loc.child_loc)
+        elif isinstance(loc, ir.CallSiteLoc):
+            pending.append(loc.callee)
+        elif isinstance(loc, ir.FusedLoc):
+            pending.extend(reversed(list(loc.locations)))
     return None
 
 

@@ -222,3 +222,20 @@ def test_byte_order_mark_is_ignored(tmp_path, capsys):
     plain = overlap_hlo.rewrite_source(source, threshold_mib=0)
     assert out.read_text() == plain
     assert overlap_hlo.rewrite_source("\ufeff" + source, threshold_mib=0) == plain
+
+
+def test_deeply_nested_location_is_described():
+    # Bytecode is not checked for nesting: locations thousands deep must not exhaust
+    # Python's recursion while sites and diagnostics are described.
+    from overlap_hlo.locations import describe
+
+    with overlap_hlo.compat.make_context():
+        loc = ir.Location.file("model.py", 3, 4)
+        for i in range(5000):
+            loc = (ir.Location.name(f"n{i}", childLoc=loc) if i % 2 else
+                   ir.Location.callsite(loc, [ir.Location.file("caller.py", 1, 1)]))
+        assert describe(loc) == "model.py:3:4"
+        fused = ir.Location.fused([ir.Location.unknown(),
+                                   ir.Location.name("q", childLoc=ir.Location.file("a.py", 7, 8)),
+                                   ir.Location.file("b.py", 1, 1)])
+        assert describe(fused) == "a.py:7:8"
