@@ -462,20 +462,27 @@ module @jit_manual attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas 
 
 // -----
 
-// The all_gather has a user besides the dot: it stays for that user (still on the
-// shard), while the dot becomes a ring that never reads the gathered tensor.
+// The all_gather has a user besides the dot, after it: the ring assembles the
+// gathered tensor as it goes (round 0 writes the own shard at block p, each round the
+// shard it holds at its block, the last round the last shard), the buffer travels
+// the loop beside the accumulator, and the other user reads the buffer: the
+// all_gather goes away and the data is sent once.
 // CHECK-LABEL: func.func @extra_user
-// CHECK: %[[EU_G:.*]] = "stablehlo.all_gather"(%arg0)
-// CHECK-NOT: stablehlo.dot_general %[[EU_G]]
+// CHECK-NOT: stablehlo.all_gather
+// CHECK: %[[EU_ZERO:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<8x16xf32>
 // CHECK: stablehlo.dot_general %arg0, %arg1
+// CHECK: %[[EU_BUF0:.*]] = stablehlo.dynamic_update_slice %[[EU_ZERO]], %arg0, %{{[^ ]+}}, %{{[^ ]+}} : (tensor<8x16xf32>, tensor<2x16xf32>, tensor<i32>, tensor<i32>) -> tensor<8x16xf32>
 // CHECK: %[[EU_SENT:.*]] = "stablehlo.collective_permute"(%arg0)
-// CHECK: %[[EU_LOOP:.*]]:5 = stablehlo.while(%[[EU_K:[^ ]+]] = %{{[^ ]+}}, %[[EU_CUR:[^ ]+]] = %[[EU_SENT]], %[[EU_ACC:[^ ]+]] = %{{[^ ]+}}, %[[EU_OTHER:[^ ]+]] = %arg1,
-// CHECK: "stablehlo.collective_permute"(%[[EU_CUR]])
+// CHECK: %[[EU_LOOP:.*]]:6 = stablehlo.while(%[[EU_K:[^ ]+]] = %{{[^ ]+}}, %[[EU_CUR:[^ ]+]] = %[[EU_SENT]], %[[EU_ACC:[^ ]+]] = %{{[^ ]+}}, %[[EU_BUF:[^ ]+]] = %[[EU_BUF0]], %[[EU_OTHER:[^ ]+]] = %arg1,
+// CHECK: %[[EU_MOVED:.*]] = "stablehlo.collective_permute"(%[[EU_CUR]])
 // CHECK: stablehlo.dot_general %[[EU_CUR]], %[[EU_OTHER]]
+// CHECK: %[[EU_NEXT:.*]] = stablehlo.dynamic_update_slice %[[EU_BUF]], %[[EU_CUR]], %{{[^ ]+}}, %{{[^ ]+}} : (tensor<8x16xf32>, tensor<2x16xf32>, tensor<i32>, tensor<i32>) -> tensor<8x16xf32>
+// CHECK: stablehlo.return %{{[^ ]+}}, %[[EU_MOVED]], %{{[^ ]+}}, %[[EU_NEXT]],
 // CHECK: %[[EU_OUT:.*]] = stablehlo.dynamic_update_slice %[[EU_LOOP]]#2
-// CHECK-NOT: stablehlo.dot_general %[[EU_G]]
-// CHECK: %[[EU_NEG:.*]] = stablehlo.negate %[[EU_G]]
+// CHECK: %[[EU_FULL:.*]] = stablehlo.dynamic_update_slice %[[EU_LOOP]]#3, %[[EU_LOOP]]#1,
+// CHECK: %[[EU_NEG:.*]] = stablehlo.negate %[[EU_FULL]]
 // CHECK: return %[[EU_OUT]], %[[EU_NEG]]
+// CHECK-NOT: stablehlo.all_gather
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @extra_user(%arg0: tensor<2x16xf32>, %arg1: tensor<16x8xf32>) -> (tensor<8x8xf32>, tensor<8x16xf32>) {
     %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>

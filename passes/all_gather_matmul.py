@@ -14,8 +14,15 @@ index is j = (p + k) mod N:
   block j written.
 
 The last step is peeled out of the loop, so the loop runs N-1 steps, each with one
-permute that neither feeds nor reads that step's dot. The all_gather stays only if
-something other than a rewritten dot still reads it.
+permute that neither feeds nor reads that step's dot. When something else reads the
+gathered tensor after the first ring (a residual kept for the backward pass, a later
+dot whose other operand does not exist yet), that ring also writes each shard it
+holds into a buffer that replaces the all_gather: the data travels once. A reader
+before the ring keeps the all_gather.
+
+A ring is placed where every device of its groups executes it: a dot inside an
+if/case branch or a while whose trip count may differ between devices gets its ring
+before that region (when its other operand exists there), or is left unchanged.
 
 Example:
   overlap-opt --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0})' in.mlir
@@ -32,7 +39,7 @@ from jaxlib.mlir.dialects import stablehlo
 from overlap_hlo import builders as b
 from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
-from overlap_hlo.dominance import divergent_between, dominates
+from overlap_hlo.dominance import ancestor_in, divergent_between, dominates
 from overlap_hlo.dots import DotDims, flops
 from overlap_hlo.lookthrough import View, ViewedUse, erase_unused, replay, users_through_views
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
@@ -135,30 +142,87 @@ class OverlapAllGatherMatmul(RewritePass):
             (placed if isinstance(consumer, Consumer) else unplaced).append(consumer)
         if not placed:
             raise Unsupported(unplaced[0], kind="divergent control flow")
-        consumers = sorted(placed, key=functools.cmp_to_key(_program_order))
+        groups = share_loops(sorted(placed, key=functools.cmp_to_key(_program_order)))
+        others = [use for use in uses if all(use.user != c.dot for c in groups[0])]
+        reused = None
+        if others and all(after(groups[0][0].anchor, use.views[0].op if use.views else use.user)
+                          for use in others):
+            # Everything else reads the gathered tensor after the first ring: that ring
+            # writes each shard it holds into a buffer that replaces the all_gather, and
+            # the other readers (later dots included) read the buffer; nothing is sent twice.
+            reused = [c for group in groups[1:] for c in group]
+            groups = groups[:1]
+        consumers = [c for group in groups for c in group]
         kinds = ", ".join(f"{c.kind} dim" + "".join(f" through {v.op.name}" for v in c.views)
                           + (f" hoisted out of {c.anchor.name}" if c.anchor != c.dot else "")
                           for c in consumers)
         detail = (f"{len(consumers)} dot(s) ({kinds}), {gather.results[0].type} gathered "
                   f"over groups of {ring.size}")
+        if len(groups) > 1:
+            detail += f", {len(groups)} loops"
         if unplaced:
             detail += f"; {len(unplaced)} dot(s) left reading it: " + "; ".join(unplaced)
+        if reused is not None:
+            detail += (f"; the ring assembles the gathered tensor for {len(others)} other "
+                       "reader(s)" + (f", {len(reused)} of them dot(s) with no ring of their "
+                                      "own" if reused else ""))
+        elif others:
+            detail += (f"; the all_gather stays for {len(others)} other reader(s) that the "
+                       "ring's result would not reach")
+        assembly = None if reused is None else Assembly(gather.results[0].type, block)
+        ring_dots = [c.dot for c in consumers]
         rounds = cost.gather_rounds(ring.size, self.bidirectional)
         estimate = self.decide(gather.results[0].type, cost.SiteShape(
-            ring.size, sum(flops(c.dot) for c in consumers),
-            cost.element_name(consumers[0].dot.operands[0].type.element_type),
+            ring.size, sum(flops(dot) for dot in ring_dots),
+            cost.element_name(ring_dots[0].operands[0].type.element_type),
             mib(shard.type) * 2**20, rounds, exposed_round=-1,
             loop_iterations=uniform_rounds(rounds) // self.unroll), detail)
-        groups = share_loops(consumers)
         if ring.uses_channel:
             scan.require_channels(len(groups) * permute_count(ring.size, self))
-        for group in groups:
+        buffer = None
+        for i, group in enumerate(groups):
+            extra = [assembly] if assembly is not None and i == 0 else []
             with ir.InsertionPoint(group[0].anchor):
-                results = emit_loop(group, shard, dim, ring, self, scan.new_channel)
+                results = emit_loop(group + extra, shard, dim, ring, self, scan.new_channel)
             for consumer, result in zip(group, results):
                 rewriter.replace_op(consumer.dot, [result])
+            if extra:
+                buffer = results[-1]
         erase_unused(rewriter, values)
-        return detail + (f", {len(groups)} loops" if len(groups) > 1 else ""), estimate
+        if buffer is not None:
+            rewriter.replace_op(gather, [buffer])
+        return detail, estimate
+
+
+@dataclass(frozen=True)
+class Assembly:
+    """A pseudo-consumer of the ring: writes each shard it holds at its block of the
+    gathered tensor, for readers other than the ring's dots."""
+
+    gathered_type: ir.RankedTensorType
+    block: int                # one shard's size along the gathered dim
+
+    inputs = ()
+    result_dim = 0            # not None: the buffer starts as zeros
+
+    @property
+    def acc_type(self) -> ir.RankedTensorType:
+        return self.gathered_type
+
+    def accumulate(self, acc, shards, shifts, inputs, position, n, gather_dim):
+        for shard, (sign, step) in zip(shards, shifts):
+            offset = b.block_offset(position, step, n, self.block, sign)
+            acc = b.update_dim(acc, shard, gather_dim, offset)
+        return acc
+
+    def finish(self, acc: ir.Value) -> ir.Value:
+        return acc
+
+
+def after(anchor: ir.Operation, op: ir.Operation) -> bool:
+    """A value built just before `anchor` is available at `op`."""
+    at = ancestor_in(anchor.block, op)
+    return at is not None and (at == anchor or anchor.is_before_in_block(at))
 
 
 def share_loops(consumers: list[Consumer]) -> list[list[Consumer]]:

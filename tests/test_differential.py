@@ -165,10 +165,20 @@ def test_gated_mlp_one_gather_two_dots():
     assert counts["stablehlo.while"] == 2
 
 
-def test_gather_with_other_users_keeps_them():
+def test_gather_with_other_users_is_assembled_by_the_ring():
     def fn(x, w):
         g = ag("x", 0)(x)
-        return g @ w + g.sum()
+        return g @ w + g.sum()   # the sum reads the gathered tensor after the dot
+
+    inputs = [((64, 32), P("x")), ((32, 32), P())]
+    check(Program(fn, (4, 2), ("x", "y"), inputs, P()))
+
+
+def test_gather_read_before_the_ring_keeps_it():
+    def fn(x, w):
+        g = ag("x", 0)(x)
+        s = g.sum()              # read before the dot: the ring's buffer comes too late
+        return g @ (w + s)
 
     inputs = [((64, 32), P("x")), ((32, 32), P())]
     check(Program(fn, (4, 2), ("x", "y"), inputs, P()),
