@@ -81,7 +81,8 @@ class _Parser:
         self.pos = 0
 
     def fail(self, message: str):
-        raise PipelineError(f"malformed pipeline '{self.text}': {message} at column "
+        shown = self.text if len(self.text) <= 200 else self.text[:120] + "..."
+        raise PipelineError(f"malformed pipeline '{shown}': {message} at column "
                             f"{self.pos + 1}")
 
     def skip_space(self) -> None:

@@ -223,3 +223,17 @@ def test_symlink_loop_output(tmp_path, capsys, monkeypatch):
     assert one_error_line(capsys.readouterr().err) == (
         "overlap-opt: error: cannot write 'loop.mlir': Too many levels of symbolic links")
     assert os.path.islink("loop.mlir")
+
+
+def test_empty_output_name(capsys):
+    assert main([str(SDY), "-o", ""]) == 1
+    assert one_error_line(capsys.readouterr().err) == (
+        "overlap-opt: error: cannot write '': the file name is empty")
+
+
+def test_pipeline_nested_too_deeply_is_one_short_usage_error(capsys):
+    pipeline = "builtin.module(" + "func.func(" * 10_000 + "cse" + ")" * 10_001
+    assert main([str(SDY), f"--pass-pipeline={pipeline}"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("overlap-opt: error: malformed pipeline 'builtin.module(func.func(")
+    assert line.endswith("...': anchors nested deeper than 64 levels at column 656")

@@ -399,6 +399,8 @@ class Driver:
                 raise CliError("cannot write to stdout: it is closed")
             return
         fail = lambda why: CliError(f"cannot write '{path}': {why}")  # noqa: E731
+        if not path:
+            raise fail("the file name is empty")
         if path.endswith(("/", os.sep)) or os.path.isdir(path):
             raise fail("it is a directory" if os.path.isdir(path) else
                        "not a directory (the name ends with '/')")
