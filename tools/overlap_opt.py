@@ -2,7 +2,9 @@
 
     overlap-opt [INPUT|-] [-o OUTPUT] [--pass-pipeline='builtin.module(...)'] ...
 
-Reads MLIR text or bytecode (stdin by default), runs the pipeline
+Reads MLIR text, bytecode or a StableHLO portable artifact (stdin by default; at most
+MAX_INPUT_BYTES; text nested deeper than overlap_hlo.api.MAX_NESTING is refused before
+MLIR's parser sees it), runs the pipeline
 (`overlap_hlo.DEFAULT_PIPELINE` unless --pass-pipeline says otherwise) and writes the
 module (stdout by default). Exit status: 0 success; 1 failure (unreadable or malformed
 input, a pass or the verifier failed, diagnostics not as expected, output not
@@ -48,6 +50,7 @@ READ_CHUNK = 64 << 20
 INTERRUPTS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
                    if hasattr(signal, name))
 
+
 class CliError(Exception):
     """Reported as one `overlap-opt: error: ...` line; ends the run with `exit_code`."""
 
@@ -89,9 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, allow_abbrev=False,
         description="Overlap all_gather->dot_general and dot_general->reduce_scatter "
                     "in StableHLO with collective_permute loops.",
-        epilog="Exit status: 0 success, 1 failure, 2 usage error.")
+        epilog="Exit status: 0 success, 1 failure, 2 usage error. Interrupted by SIGINT, "
+               "SIGTERM or SIGHUP it deletes its temporary output file and dies of the "
+               "signal (exit status 128 + the signal number in a shell).")
     parser.add_argument("input", nargs="?", default="-", metavar="INPUT",
-                        help="MLIR text or bytecode file; '-' (the default) reads stdin")
+                        help="MLIR text, bytecode or StableHLO portable artifact (at most "
+                             f"{MAX_INPUT_BYTES >> 30} GiB); '-' (the default) reads stdin")
     parser.add_argument("-o", dest="output", default="-", metavar="OUTPUT",
                         help="output file, written only on success; '-' (the default) "
                              "is stdout")
