@@ -237,3 +237,14 @@ def test_pipeline_nested_too_deeply_is_one_short_usage_error(capsys):
     line = one_error_line(capsys.readouterr().err)
     assert line.startswith("overlap-opt: error: malformed pipeline 'builtin.module(func.func(")
     assert line.endswith("...': anchors nested deeper than 64 levels at column 656")
+
+
+def test_large_regular_file_is_refused_unread(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(overlap_opt, "MAX_INPUT_BYTES", 1 << 20)
+    big = tmp_path / "big.mlir"
+    with open(big, "wb") as file:
+        file.truncate(3 << 20)   # sparse: nothing to read until someone reads it
+    assert main([str(big)]) == 1
+    assert one_error_line(capsys.readouterr().err) == (
+        f"overlap-opt: error: cannot read '{big}': 3 MiB, larger than the input limit of "
+        "1 MiB")

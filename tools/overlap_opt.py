@@ -437,7 +437,8 @@ class Driver:
             return _read_bounded(stream, "stdin")
         try:
             with open(self.args.input, "rb") as file:
-                return _read_bounded(file, f"'{self.args.input}'")
+                return _read_bounded(file, f"'{self.args.input}'",
+                                     size=os.fstat(file.fileno()).st_size)
         except OSError as err:
             raise CliError(f"cannot read '{self.args.input}': "
                            f"{err.strerror or err}") from None
@@ -647,10 +648,13 @@ class Driver:
             self._print_diagnostic(note)
 
 
-def _read_bounded(stream, name: str, text: bool = False) -> bytes:
+def _read_bounded(stream, name: str, text: bool = False, size: int = 0) -> bytes:
     """All of `stream`, or CliError once it holds more than MAX_INPUT_BYTES or memory
-    runs out (`/dev/zero`, an endless pipe)."""
+    runs out (`/dev/zero`, an endless pipe). `size`: what fstat says (0 if unknown)."""
     limit = MAX_INPUT_BYTES
+    too_large = f"larger than the input limit of {_size_text(limit)}"
+    if size > limit:   # a regular file: no need to read it first
+        raise CliError(f"cannot read {name}: {_size_text(size)}, {too_large}")
     chunks, size = [], 0
     try:
         while size <= limit:
@@ -660,8 +664,7 @@ def _read_bounded(stream, name: str, text: bool = False) -> bytes:
             chunks.append(chunk.encode("utf-8") if text else chunk)
             size += len(chunks[-1])
         if size > limit:
-            raise CliError(f"cannot read {name}: larger than the input limit of "
-                           f"{_size_text(limit)}")
+            raise CliError(f"cannot read {name}: {too_large}")
         return b"".join(chunks)
     except MemoryError:
         chunks.clear()
