@@ -37,7 +37,7 @@ def plain_case(kind: str) -> fuzz.Case:
     ("scatter", "cond", "unchanged"),
     ("scatter", "device_loop", "unchanged"),
     ("scatter", "barrier", "unchanged"),
-    ("scatter", "other_user", "unchanged"),
+    ("scatter", "other_user", None),          # the dot is kept for its other user
 ])
 def test_contexts(kind, context, expected):
     case = dataclasses.replace(plain_case(kind), context=context)
