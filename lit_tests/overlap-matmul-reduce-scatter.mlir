@@ -261,23 +261,53 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// Left unchanged: the dot's full result is also returned, so it must be computed
-// anyway.
+// The dot's full result is also returned (after the scatter): the ring computes every
+// block of this device's product exactly once anyway, so it writes each block into a
+// buffer (carried by the loop) that replaces the dot for the other reader.
 // CHECK-LABEL: func.func @dot_second_user
-// CHECK: %[[SU_D:.*]] = stablehlo.dot_general %arg0, %arg1
-// CHECK-NEXT: %[[SU_S:.*]] = "stablehlo.reduce_scatter"(%[[SU_D]])
-// CHECK-NOT: stablehlo.collective_permute
-// CHECK: return %[[SU_S]], %[[SU_D]]
+// CHECK-NOT: stablehlo.reduce_scatter
+// CHECK: %[[SU_ZERO:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<8x8xf32>
+// CHECK: %[[SU_P0:.*]] = stablehlo.dot_general %{{[^ ]+}}, %arg1, contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK: %[[SU_B0:.*]] = stablehlo.dynamic_update_slice %[[SU_ZERO]], %[[SU_P0]],
+// CHECK: %[[SU_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[SU_BUF:[^ ]+]] = %[[SU_B0]], %[[SU_ACC:[^ ]+]] = %[[SU_P0]],
+// CHECK: %[[SU_P:.*]] = stablehlo.dot_general
+// CHECK: %[[SU_NEXT:.*]] = stablehlo.dynamic_update_slice %[[SU_BUF]], %[[SU_P]],
+// CHECK: "stablehlo.collective_permute"(%[[SU_ACC]])
+// CHECK: stablehlo.return %{{[^ ]+}}, %[[SU_NEXT]],
+// CHECK: return %[[SU_LOOP]]#2, %[[SU_LOOP]]#1
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @dot_second_user(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> (tensor<2x8xf32>, tensor<8x8xf32>) {
     %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
-    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: left unchanged: the dot result has users other than the reduce_scatter
+    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8x8xf32> scattered on dim 0 (free dim of operand 0) over groups of 4; the ring assembles the dot's product for 1 other reader(s);
     %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
     ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
       %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
       stablehlo.return %2 : tensor<f32>
     }) : (tensor<8x8xf32>) -> tensor<2x8xf32>
     return %1, %0 : tensor<2x8xf32>, tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// Left unchanged: the dot's result is also read before the scatter, where the ring's
+// product does not exist yet.
+// CHECK-LABEL: func.func @dot_read_before
+// CHECK: %[[RB_D:.*]] = stablehlo.dot_general %arg0, %arg1
+// CHECK: "stablehlo.reduce_scatter"(%[[RB_D]])
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: return
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @dot_read_before(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> (tensor<2x8xf32>, tensor<8x8xf32>) {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %n = stablehlo.negate %0 : tensor<8x8xf32>
+    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: left unchanged: the dot result has users other than the reduce_scatter before it
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+      %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<8x8xf32>) -> tensor<2x8xf32>
+    return %1, %n : tensor<2x8xf32>, tensor<8x8xf32>
   }
 }
 

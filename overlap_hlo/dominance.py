@@ -48,6 +48,13 @@ def dominates(value: ir.Value, op: ir.Operation) -> bool:
     return at is not None and at != owner and owner.is_before_in_block(at)
 
 
+def after(anchor: ir.Operation, op: ir.Operation) -> bool:
+    """A value built just before `anchor` is available at `op`: `op` is `anchor`, is
+    nested in it, or comes after it (or after an op enclosing it) in its block."""
+    at = ancestor_in(anchor.block, op)
+    return at is not None and (at == anchor or anchor.is_before_in_block(at))
+
+
 def enclosing_ops(block: ir.Block, op: ir.Operation) -> list[ir.Operation] | None:
     """The ops enclosing `op` up to the one sitting directly in `block`, innermost
     first (empty when `op` itself sits in `block`); None if `op` is not nested in it."""

@@ -13,7 +13,9 @@ scattered block a block along one dim:
   merges the dim with the dims after it (a non-tiled all_gather's new axis folded
   into the next one: a block then spans the merged size);
 - `stablehlo.multiply` by a `broadcast_in_dim` that does not vary along the dim (a
-  dequantizing scale; all_gather side only).
+  dequantizing scale; all_gather side only);
+- `stablehlo.dynamic_slice` that takes the whole dim (slices only other dims; all_gather
+  side only): its start indices are read as they are, the one along the dim clamps to 0.
 
 The passes replay the views on each step's block inside the loop, so the data on the
 wire keeps the collective's own type and layout.
@@ -46,7 +48,8 @@ class View:
     dim_in: int
     dim_out: int
     operand: int = 0                 # which operand of `op` is on the chain
-    scale: ir.Value | None = None    # multiply: the value broadcast as the scale
+    reads: tuple[ir.Value, ...] = () # other values it reads: a multiply's scale (the value
+                                     # broadcast), a dynamic_slice's start indices
     factor: int = 1                  # a block of size s along dim_in is s * factor along dim_out
 
 
@@ -69,7 +72,7 @@ def _merged_dim(shape_in, shape_out, dim: int) -> tuple[int, int] | None:
     return None
 
 
-def view_forward(op: ir.Operation, operand: int, dim: int, scales: bool = True
+def view_forward(op: ir.Operation, operand: int, dim: int, reading: bool = True
                  ) -> View | None:
     """`op` as a view of its operand `operand` along `dim`, or None."""
     name = op.name
@@ -80,7 +83,7 @@ def view_forward(op: ir.Operation, operand: int, dim: int, scales: bool = True
     if name == "stablehlo.reshape":
         merged = _merged_dim(op.operands[0].type.shape, op.results[0].type.shape, dim)
         return None if merged is None else View(op, dim, merged[0], factor=merged[1])
-    if name == "stablehlo.multiply" and scales:
+    if name == "stablehlo.multiply" and reading:
         other = op.operands[1 - operand]
         broadcast = _op(other.owner) if isinstance(other, ir.OpResult) else None
         if broadcast is not None and broadcast.name == "stablehlo.broadcast_in_dim":
@@ -88,7 +91,11 @@ def view_forward(op: ir.Operation, operand: int, dim: int, scales: bool = True
             varies = [scale.type.shape[i] != 1 for i, d in enumerate(
                 _ints(broadcast.attributes["broadcast_dimensions"])) if d == dim]
             if not any(varies):   # the scale is the same for every block along `dim`
-                return View(op, dim, dim, operand, scale)
+                return View(op, dim, dim, operand, (scale,))
+    if name == "stablehlo.dynamic_slice" and reading and operand == 0:
+        sizes = _ints(op.attributes["slice_sizes"])
+        if sizes[dim] == op.operands[0].type.shape[dim]:   # the whole dim: blocks stay blocks
+            return View(op, dim, dim, 0, tuple(op.operands[1:]))
     return None
 
 
@@ -105,13 +112,13 @@ def view_backward(op: ir.Operation, dim: int) -> View | None:
     return None
 
 
-def replay(views: Sequence[View], value: ir.Value, scales: Sequence[ir.Value] = ()
+def replay(views: Sequence[View], value: ir.Value, reads: Sequence[ir.Value] = ()
            ) -> ir.Value:
     """Apply `views` (in order) to `value`, a block of the chain's start.
 
-    `scales` are the values to broadcast for the multiply views, in order (inside a
-    loop: its block arguments)."""
-    scales = iter(scales)
+    `reads` are the values the views read besides the chain, in order (a multiply's
+    scale, a dynamic_slice's start indices; inside a loop: its block arguments)."""
+    reads = iter(reads)
     for view in views:
         op = view.op
         if op.name in TRANSPARENT:
@@ -120,14 +127,17 @@ def replay(views: Sequence[View], value: ir.Value, scales: Sequence[ir.Value] = 
         shape = list(full.shape)
         shape[view.dim_out] = value.type.shape[view.dim_in] * view.factor
         result = ir.RankedTensorType.get(shape, full.element_type)
+        attrs = {name: op.attributes[name] for name in op.attributes}
         if op.name == "stablehlo.multiply":
             broadcast = _op(op.operands[1 - view.operand].owner)
             scale = stablehlo.broadcast_in_dim(
-                result, next(scales), broadcast.attributes["broadcast_dimensions"])
+                result, next(reads), broadcast.attributes["broadcast_dimensions"])
             operands = [value, scale] if view.operand == 0 else [scale, value]
+        elif op.name == "stablehlo.dynamic_slice":
+            operands = [value] + [next(reads) for _ in view.reads]
+            attrs["slice_sizes"] = ir.DenseI64ArrayAttr.get(shape)
         else:
             operands = [value]
-        attrs = {name: op.attributes[name] for name in op.attributes}
         value = ir.Operation.create(op.name, results=[result], operands=operands,
                                     attributes=attrs).result
     return value
@@ -148,8 +158,9 @@ class ViewedUse:
         return math.prod(v.factor for v in self.views)
 
     @property
-    def scales(self) -> list[ir.Value]:
-        return [v.scale for v in self.views if v.scale is not None]
+    def reads(self) -> list[ir.Value]:
+        """What the views read besides the chain, in order (for `replay`)."""
+        return [value for v in self.views for value in v.reads]
 
 
 def users_through_views(root: ir.Value, dim: int) -> tuple[list[ViewedUse], list[ir.Value]]:

@@ -188,7 +188,10 @@ class RewritePass:
             values[known[key].name] = _convert(known[key], text, cls.name)
         return cls(**values)
 
-    def rewrite_site(self, op, rewriter, scan: ModuleScan) -> tuple[str, Estimate]:
+    def rewrite_site(self, op, rewriter, scan: ModuleScan, report=None
+                     ) -> tuple[str, Estimate]:
+        """Rewrite the site rooted at `op`; `report(location, applied, **facts)` records
+        a decision about another site of this pass that this one settles."""
         raise NotImplementedError
 
     def run(self, module_op: ir.Operation, log: SiteLog) -> None:
@@ -206,18 +209,28 @@ class RewritePass:
                 return True
             decided.add(key)
             location = op.location  # read before the rewrite erases `op`
+
+            reports = []   # other sites this one settles, recorded after it
+
+            def report(where, applied, pattern=None, **facts):
+                reports.append((where, pattern or self.name, applied, facts))
+
             try:
-                with location, builders.shared_scalars():
-                    outcome = self.rewrite_site(op, rewriter, scan)
-            except NoMatch:
-                return True
-            except Unsupported as reason:
-                log.add(location, self.name, False, reason=str(reason), kind=reason.kind,
-                        detail=reason.detail, estimate=reason.estimate)
-                return True
-            detail, estimate = outcome
-            log.add(location, self.name, True, detail=detail, estimate=estimate)
-            return False  # the bindings read a falsy result as "matched and rewrote"
+                try:
+                    with location, builders.shared_scalars():
+                        outcome = self.rewrite_site(op, rewriter, scan, report)
+                except NoMatch:
+                    return True
+                except Unsupported as reason:
+                    log.add(location, self.name, False, reason=str(reason), kind=reason.kind,
+                            detail=reason.detail, estimate=reason.estimate)
+                    return True
+                detail, estimate = outcome
+                log.add(location, self.name, True, detail=detail, estimate=estimate)
+                return False  # the bindings read a falsy result as "matched and rewrote"
+            finally:
+                for where, pattern_name, applied, facts in reports:
+                    log.add(where, pattern_name, applied, **facts)
 
         patterns = compat.RewritePatternSet()
         patterns.add(self.root, pattern)

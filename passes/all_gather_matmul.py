@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
@@ -39,10 +39,13 @@ from jaxlib.mlir.dialects import stablehlo
 from overlap_hlo import builders as b
 from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
-from overlap_hlo.dominance import ancestor_in, divergent_between, dominates
+from overlap_hlo.dominance import after, divergent_between, dominates
 from overlap_hlo.dots import DotDims, flops
-from overlap_hlo.lookthrough import View, ViewedUse, erase_unused, replay, users_through_views
+from overlap_hlo.lookthrough import (View, ViewedUse, erase_unused, producer, replay,
+                                    users_through_views)
+from overlap_hlo.locations import describe
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
+from overlap_hlo.passes.matmul_reduce_scatter import OverlapMatmulReduceScatter, scatter_fed_by
 
 
 @dataclass(frozen=True)
@@ -56,15 +59,15 @@ class Consumer:
     result_dim: int | None
     other_dim: int | None
     views: tuple[View, ...]  # between the gather and the dot, replayed on each block
-    scales: tuple[ir.Value, ...]  # what the views' dequantizing multiplies broadcast
+    reads: tuple[ir.Value, ...]   # what the views read: scales, slice start indices
     block: int               # one shard's size along `dim` (after the views)
     anchor: ir.Operation | None = None  # where its ring goes: the dot, or the region op
                                         # (if/case, device-dependent while) it sits in
 
     @property
     def inputs(self) -> list[ir.Value]:
-        """Values each round reads besides the shard: the other operand, the scales."""
-        return [self.dot.operands[1 - self.gathered], *self.scales]
+        """Values each round reads besides the shard: the other operand, the views'."""
+        return [self.dot.operands[1 - self.gathered], *self.reads]
 
     @property
     def result_type(self) -> ir.RankedTensorType:
@@ -80,10 +83,10 @@ class Consumer:
         """Add this step's blocks to `acc`: one dot over the shards side by side.
 
         `acc` is None in round 0 of a contracting dim: the first sum is the product."""
-        other, *scales = inputs
+        other, *reads = inputs
         block = self.block
         offsets = [b.block_offset(position, step, n, block, sign) for sign, step in shifts]
-        viewed = replay(self.views, b.concat(shards, gather_dim), scales)
+        viewed = replay(self.views, b.concat(shards, gather_dim), reads)
         if self.other_dim is not None:
             other = b.concat([b.slice_dim(other, self.other_dim, off, block) for off in offsets],
                              self.other_dim)
@@ -106,11 +109,69 @@ class Consumer:
 class OverlapAllGatherMatmul(RewritePass):
     """Decompose all_gather -> dot_general into a collective_permute loop."""
 
+    # The reduce_scatter pass with the same options, for dots between both collectives.
+    scatter_pass: OverlapMatmulReduceScatter = field(init=False, repr=False, compare=False)
+
     name = "overlap-all-gather-matmul"
     root = stablehlo.AllGatherOp
     summary = "all_gather feeding dot_general -> loop of collective_permute + partial dots"
 
-    def rewrite_site(self, op, rewriter, scan):
+    def __post_init__(self):
+        super().__post_init__()
+        options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        object.__setattr__(self, "scatter_pass", OverlapMatmulReduceScatter(**options))
+
+    def scatters_first(self, dots: list[ViewedUse], gathered: list[ir.Value], rewriter,
+                       scan, report) -> list[str]:
+        """Decompose the reduce_scatters that these dots feed, before the gather.
+
+        A dot between an all_gather and a reduce_scatter gets both rings: the scatter's
+        ring first (its partial dots read the gathered tensor, sliced along another dim
+        or whole), then this gather's ring, whose consumer is the scatter ring's first
+        partial dot and which assembles the gathered tensor for the scatter ring's
+        other rounds. Not when the scatter dim is the gathered dim (the scatter ring
+        would read blocks of the gathered dim): then only this gather's ring is built.
+        Returns notes for the remark; each scatter's own record goes to `report`.
+        """
+        notes = []
+        for use in dots:
+            scatter = scatter_fed_by(use.user)
+            if scatter is None:
+                continue
+            where = describe(scatter.location)
+            location = scatter.location
+            gathered = [i for i, v in enumerate(use.user.operands) if v in gathered]
+            dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value
+            top, _, top_dim = producer(scatter.operands[0], dim)
+            if len(gathered) == 1 and (gathered[0], use.dim) in DotDims.of(
+                    use.user).result_source(top_dim):
+                reason = ("the scatter dim is the gathered dim: its ring would read blocks "
+                          f"of the gathered dim; its dot is decomposed by the all_gather "
+                          f"ring at {describe(use.user.location)} instead")
+                report(location, False, pattern=self.scatter_pass.name, reason=reason,
+                       kind="scatter dim is the gathered dim")
+                notes.append(f"its dot feeds the reduce_scatter at {where}, left unchanged "
+                             "(the scatter dim is the gathered dim)")
+                continue
+            try:
+                with location, b.shared_scalars():   # its constants stay its own
+                    detail, estimate = self.scatter_pass.rewrite_site(scatter, rewriter, scan,
+                                                                     report)
+            except NoMatch:
+                continue
+            except Unsupported as reason:
+                report(location, False, pattern=self.scatter_pass.name, reason=str(reason),
+                       kind=reason.kind, detail=reason.detail, estimate=reason.estimate)
+                notes.append(f"its dot feeds the reduce_scatter at {where}, left unchanged "
+                             f"({reason})")
+                continue
+            report(location, True, pattern=self.scatter_pass.name,
+                   detail=detail + "; the dot reads an all_gather whose ring runs inside",
+                   estimate=estimate)
+            notes.append(f"its dot is decomposed inside the reduce_scatter ring at {where}")
+        return notes
+
+    def rewrite_site(self, op, rewriter, scan, report=None):
         gather = op.operation
         dim = ir.IntegerAttr(gather.attributes["all_gather_dim"]).value
         uses, values = users_through_views(gather.results[0], dim)
@@ -130,12 +191,25 @@ class OverlapAllGatherMatmul(RewritePass):
                 raise Unsupported("an optimization_barrier separates it from its users")
             raise NoMatch
         ring = Ring.from_collective(gather, scan)
-        shard = gather.operands[0]
+        inner = chained_gather(gather, scan)
+        if inner is not None:   # a gather of a gather: one ring over the combined groups
+            combined = combine_rings(inner[1], ring)
+            inner, ring = (inner[0], combined) if combined else (None, ring)
+        shard = (inner or gather).operands[0]
         require_supported_types(shard.type, gather.results[0].type)
         block = shard.type.shape[dim]
         if block * ring.size != gather.results[0].type.shape[dim]:
             raise Unsupported(f"gathered dim {gather.results[0].type.shape[dim]} is not "
                               f"{ring.size} x {block}")
+        notes = self.scatters_first(dots, values, rewriter, scan, report)
+        if notes:   # the scatter rings now read the gathered tensor: look again
+            uses, values = users_through_views(gather.results[0], dim)
+            dots = [use for i, use in enumerate(uses) if use.user.name == "stablehlo.dot_general"
+                    and all(d.user != use.user for d in uses[:i])]
+            if not dots:
+                raise Unsupported("its dots were decomposed into reduce_scatter rings that "
+                                  "read blocks of the gathered dim: " + "; ".join(notes),
+                                  kind="dot decomposed by a reduce_scatter ring")
         placed, unplaced = [], []
         for use in dots:
             consumer = place(analyze(use, values, block), gather.block)
@@ -144,9 +218,8 @@ class OverlapAllGatherMatmul(RewritePass):
             raise Unsupported(unplaced[0], kind="divergent control flow")
         groups = share_loops(sorted(placed, key=functools.cmp_to_key(_program_order)))
         others = [use for use in uses if all(use.user != c.dot for c in groups[0])]
-        reused = None
-        if others and all(after(groups[0][0].anchor, use.views[0].op if use.views else use.user)
-                          for use in others):
+        reused, moved = None, reroutable(others, groups[0][0].anchor)
+        if others and moved is not None:
             # Everything else reads the gathered tensor after the first ring: that ring
             # writes each shard it holds into a buffer that replaces the all_gather, and
             # the other readers (later dots included) read the buffer; nothing is sent twice.
@@ -158,10 +231,15 @@ class OverlapAllGatherMatmul(RewritePass):
                           for c in consumers)
         detail = (f"{len(consumers)} dot(s) ({kinds}), {gather.results[0].type} gathered "
                   f"over groups of {ring.size}")
+        if inner is not None:
+            detail += (f" (an all_gather of the all_gather at {describe(inner.location)}, "
+                       "both in one ring)")
         if len(groups) > 1:
             detail += f", {len(groups)} loops"
         if unplaced:
             detail += f"; {len(unplaced)} dot(s) left reading it: " + "; ".join(unplaced)
+        if notes:
+            detail += "; " + "; ".join(notes)
         if reused is not None:
             detail += (f"; the ring assembles the gathered tensor for {len(others)} other "
                        "reader(s)" + (f", {len(reused)} of them dot(s) with no ring of their "
@@ -190,8 +268,68 @@ class OverlapAllGatherMatmul(RewritePass):
                 buffer = results[-1]
         erase_unused(rewriter, values)
         if buffer is not None:
+            cursor = buffer.owner.operation
+            for view in moved:   # views the other readers read through, now after the buffer
+                view.move_after(cursor)
+                cursor = view
             rewriter.replace_op(gather, [buffer])
+        if inner is not None and not list(inner.results[0].uses):
+            rewriter.erase_op(inner)
         return detail, estimate
+
+
+def chained_gather(gather: ir.Operation, scan) -> tuple[ir.Operation, Ring] | None:
+    """The all_gather (and its ring) whose result `gather` gathers again along the same
+    dim, when nothing else reads it and its groups combine with `gather`'s; else None."""
+    value = gather.operands[0]
+    if not isinstance(value, ir.OpResult) or len(list(value.uses)) != 1:
+        return None
+    inner = value.owner if isinstance(value.owner, ir.Operation) else value.owner.operation
+    if inner.name != "stablehlo.all_gather" or len(inner.operands) != 1 or (
+            ir.IntegerAttr(inner.attributes["all_gather_dim"]).value
+            != ir.IntegerAttr(gather.attributes["all_gather_dim"]).value):
+        return None
+    try:
+        return inner, Ring.from_collective(inner, scan)
+    except Unsupported:
+        return None
+
+
+def combine_rings(inner: Ring, outer: Ring) -> Ring | None:
+    """One ring for all_gather(all_gather(x, inner), outer) along one dim: the group of
+    device d lists, for each member e of d's outer group in order, the members of e's
+    inner group in order (the order of the blocks in the result). None when these lists
+    do not partition the devices consistently."""
+    if (inner.kind, inner.num_ids, inner.auto) != (outer.kind, outer.num_ids, outer.auto):
+        return None
+    inner_of = {d: g for g in inner.groups for d in g}
+    outer_of = {d: g for g in outer.groups for d in g}
+    combined = {d: tuple(m for e in outer_of[d] for m in inner_of[e]) for d in outer_of}
+    if any(len(group) != len(set(group)) or any(combined[m] != group for m in group)
+           for group in combined.values()):
+        return None
+    return Ring(tuple(dict.fromkeys(combined[d] for d in sorted(combined))), outer.kind,
+                outer.num_ids, outer.auto)
+
+
+def reroutable(others: list[ViewedUse], anchor: ir.Operation) -> list[ir.Operation] | None:
+    """Whether a buffer built just before `anchor` can replace the gathered tensor for
+    every reader in `others`: each reader comes after it, through views that do too
+    or that can move there (what they read besides the chain already exists at
+    `anchor`). Returns the views to move, in program order, or None."""
+    moved: list[ir.Operation] = []
+    for use in others:
+        for view in use.views:
+            if after(anchor, view.op):
+                break
+            if not all(dominates(value, anchor) for value in view.reads):
+                return None
+            if view.op not in moved:
+                moved.append(view.op)
+        else:
+            if not after(anchor, use.user):
+                return None
+    return moved
 
 
 @dataclass(frozen=True)
@@ -217,12 +355,6 @@ class Assembly:
 
     def finish(self, acc: ir.Value) -> ir.Value:
         return acc
-
-
-def after(anchor: ir.Operation, op: ir.Operation) -> bool:
-    """A value built just before `anchor` is available at `op`."""
-    at = ancestor_in(anchor.block, op)
-    return at is not None and (at == anchor or anchor.is_before_in_block(at))
 
 
 def share_loops(consumers: list[Consumer]) -> list[list[Consumer]]:
@@ -281,7 +413,7 @@ def analyze(use: ViewedUse, gathered: list[ir.Value], block: int) -> Consumer:
     require_supported_types(dot.results[0].type, dot.operands[1 - operands[0]].type)
     kind, result_dim, other_dim = DotDims.of(dot).classify(operands[0], use.dim)
     return Consumer(dot, operands[0], kind, use.dim, result_dim, other_dim, use.views,
-                    tuple(use.scales), block * use.factor)
+                    tuple(use.reads), block * use.factor)
 
 
 def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,

@@ -29,7 +29,10 @@ from overlap_hlo import builders as b
 from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
 from overlap_hlo.dots import DotDims, flops
-from overlap_hlo.lookthrough import TRANSPARENT, View, only_transparent, producer, replay
+from overlap_hlo.dominance import after
+from overlap_hlo.locations import describe
+from overlap_hlo.lookthrough import (TRANSPARENT, View, only_transparent, producer, replay,
+                                    view_backward)
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
 
 
@@ -41,19 +44,27 @@ class OverlapMatmulReduceScatter(RewritePass):
     root = stablehlo.ReduceScatterOp
     summary = "dot_general feeding reduce_scatter(add) -> loop of partial dots + permutes"
 
-    def rewrite_site(self, op, rewriter, scan):
+    def rewrite_site(self, op, rewriter, scan, report=None):
         scatter = op.operation
         scatter_dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value
         top, between, dim = producer(scatter.operands[0], scatter_dim)
-        dots, adds = summed_dots(top)
+        dots, adds, addends = summed_dots(top)
         if not dots:
             if top is not None and top.name == "stablehlo.optimization_barrier":
                 raise Unsupported("an optimization_barrier separates it from its operand")
             raise NoMatch
         if not is_add_reduction(scatter.regions[0]):
             raise Unsupported("reduction is not a plain add")
-        if any(len(list(dot.results[0].uses)) != 1 for dot in dots):
-            raise Unsupported("the dot result has users other than the reduce_scatter")
+        readers = [use for dot in dots for use in dot.results[0].uses
+                   if _op(use.owner) not in adds and _op(use.owner) not in
+                   [view.op for view in between] and _op(use.owner) != scatter]
+        if readers and (len(dots) > 1 or addends
+                        or not all(after(scatter, _op(use.owner)) for use in readers)):
+            raise Unsupported("the dot result has users other than the reduce_scatter"
+                              + ("" if len(dots) == 1 and not addends else
+                                 " (in a sum of dots or with an added term)")
+                              + ("" if all(after(scatter, _op(u.owner)) for u in readers)
+                                 else " before it"))
         ring = Ring.from_collective(scatter, scan)
         result_type = scatter.results[0].type
         require_supported_types(result_type, *(v.type for d in dots
@@ -70,6 +81,12 @@ class OverlapMatmulReduceScatter(RewritePass):
         summed = f"sum of {len(dots)} dots, " if len(dots) > 1 else ""
         detail = (f"{top.results[0].type} scattered on dim {dim} ({summed}"
                   f"{', '.join(sources)}){through} over groups of {ring.size}")
+        if addends:
+            detail += (f"; {len(addends)} added term(s) (a bias) folded in: each device adds "
+                       "its own block of it once")
+        if readers:
+            detail += (f"; the ring assembles the dot's product for {len(readers)} other "
+                       "reader(s)")
         rounds = cost.scatter_rounds(ring.size, self.bidirectional)
         # Loop rounds: one stream, all but round 0; two, those after both have started.
         uniform = len(rounds) - 1 - (rounds.index(2) + 1) if 2 in rounds else len(rounds) - 1
@@ -81,34 +98,85 @@ class OverlapMatmulReduceScatter(RewritePass):
         if ring.uses_channel:
             scan.require_channels(permute_count(ring.size, self))
         with ir.InsertionPoint(scatter):
-            result = emit_loop(dots, dim, block, ring, between, self, scan.new_channel)
+            result, product = emit_loop(dots, addends, dim, block, ring, between, self,
+                                        scan.new_channel, assemble=bool(readers))
+        location = scatter.location
         rewriter.replace_op(scatter, [result])
-        for dead in [*(view.op for view in reversed(between)), *adds, *dots]:
+        for dead in [*(view.op for view in reversed(between)), *adds]:
             rewriter.erase_op(dead)
+        for dot in dots:
+            if product is not None:
+                _report_shared(dot, location, report)
+                rewriter.replace_op(dot, [product])
+            else:
+                rewriter.erase_op(dot)
         return detail, estimate
 
 
-def summed_dots(top: ir.Operation | None) -> tuple[list[ir.Operation], list[ir.Operation]]:
-    """The dots whose sum `top` is (a dot, or a tree of single-use adds of dots), and the
-    adds (outermost first); no dots if `top` is anything else."""
+def scatter_fed_by(dot: ir.Operation) -> ir.Operation | None:
+    """The reduce_scatter that `dot` feeds as one of the summed dots of its site (through
+    single-use views and adds), or None."""
+    value = dot.results[0]
+    while True:
+        uses = list(value.uses)
+        if len(uses) != 1:
+            return None
+        user = _op(uses[0].owner)
+        if user.name == "stablehlo.reduce_scatter":
+            dim = ir.IntegerAttr(user.attributes["scatter_dimension"]).value
+            top, _, _ = producer(user.operands[0], dim)
+            return user if dot in summed_dots(top)[0] else None
+        if user.name != "stablehlo.add" and view_backward(user, 0) is None:
+            return None
+        value = user.results[0]
+
+
+def _op(owner) -> ir.Operation:
+    return owner if isinstance(owner, ir.Operation) else owner.operation
+
+
+def _report_shared(dot: ir.Operation, location: ir.Location, report) -> None:
+    """A remark for every other reduce_scatter of `dot`'s product: the first ring
+    computed the dot once and assembles it; a second ring would compute it again."""
+    if report is None:
+        return
+    for use in dot.results[0].uses:
+        user = _op(use.owner)
+        while user.name != "stablehlo.reduce_scatter" and len(user.results) == 1 \
+                and len(list(user.results[0].uses)) == 1 and view_backward(user, 0) is not None:
+            user = _op(next(iter(user.results[0].uses)).owner)
+        if user.name == "stablehlo.reduce_scatter":
+            report(user.location, False, reason=(
+                f"its dot also feeds the reduce_scatter at {describe(location)}, whose ring "
+                "computes the dot once and assembles its product for this one: a ring of its "
+                "own would compute the dot a second time"),
+                kind="dot shared with another reduce_scatter")
+
+
+def summed_dots(top: ir.Operation | None
+                ) -> tuple[list[ir.Operation], list[ir.Operation], list[ir.Value]]:
+    """The dots whose sum `top` is (a dot, or a tree of single-use adds whose leaves are
+    dots and other values, the added terms, e.g. a bias), the adds (outermost first) and
+    the added terms; no dots if `top` is anything else or the tree holds no dot."""
     if top is None:
-        return [], []
+        return [], [], []
     if top.name == "stablehlo.dot_general":
-        return [top], []
+        return [top], [], []
     if top.name != "stablehlo.add":
-        return [], []
-    dots, adds = [], [top]
+        return [], [], []
+    dots, adds, addends = [], [top], []
     for operand in top.operands:
-        inner = operand.owner if isinstance(operand, ir.OpResult) else None
-        inner = inner if inner is None or isinstance(inner, ir.Operation) else inner.operation
-        if inner is None or len(list(operand.uses)) != 1:
-            return [], []
-        more, more_adds = summed_dots(inner)
-        if not more:
-            return [], []
-        dots += more
-        adds += more_adds
-    return dots, adds
+        inner = _op(operand.owner) if isinstance(operand, ir.OpResult) else None
+        more = ([], [], [])
+        if inner is not None and len(list(operand.uses)) == 1:
+            more = summed_dots(inner)
+        if not more[0]:
+            addends.append(operand)   # no dot under it: a term added to the sum
+            continue
+        dots += more[0]
+        adds += more[1]
+        addends += more[2]
+    return (dots, adds, addends) if dots else ([], [], [])
 
 
 def is_add_reduction(region: ir.Region) -> bool:
@@ -141,15 +209,20 @@ def permute_count(n: int, options: RewritePass) -> int:
     return before + per_round * (body + inline) + (2 if two else 0)
 
 
-def emit_loop(dots: list[ir.Operation], result_dim: int, block: int, ring: Ring,
-              views: list[View], options: RewritePass, channels) -> ir.Value:
-    """The ring replacing reduce_scatter(sum of dots), built at the current insertion
-    point.
+def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int,
+              block: int, ring: Ring, views: list[View], options: RewritePass, channels,
+              assemble: bool = False) -> tuple[ir.Value, ir.Value | None]:
+    """The ring replacing reduce_scatter(sum of dots + added terms), built at the
+    current insertion point; returns its result and, with `assemble`, the (single) dot's
+    whole product, each block written as the ring computes it.
 
     With one stream (a = N-1 rounds) the accumulator moves down the ring; with two,
     a = ceil((N-1)/2) rounds down and b = N-1-a up, the up stream starting late so
     that both arrive together. In round k the down accumulator collects block
     p + k - a (it reaches its owner after a - k more shifts), the up one p + a - k.
+    Every block of this device's product is computed exactly once; an added term
+    (a bias) is sliced like the product and added to each block once, so the sum over
+    the devices is that of the original (dot + term).
     """
     n = ring.size
     a = len(cost.scatter_rounds(n, options.bidirectional)) - 1   # rounds before the last
@@ -157,15 +230,18 @@ def emit_loop(dots: list[ir.Operation], result_dim: int, block: int, ring: Ring,
     streams = [+1] + ([-1] if a < n - 1 else [])   # down, then up
     sliced = [DotDims.of(dot).result_source(result_dim) for dot in dots]
     part_type = b.with_dim(dots[0].results[0].type, result_dim, block)
+    held = 1 if assemble else 0        # carried: [product?] + accumulators
 
     def send(value, stream):
         """Shift an accumulator along its stream's direction (a fresh channel each)."""
         return b.collective_permute(value, ring.shift_pairs(streams[stream]),
                                     channels() if ring.uses_channel else None)
 
-    def parts(shifts, *invariants):
-        """This device's share of blocks p + shift (one dot over all of them, per term)."""
-        *operand_pairs, position = invariants
+    def parts(shifts, invariants, product):
+        """This device's share of blocks p + shift (one dot over all of them, per term),
+        and the product with those blocks written in."""
+        *values, position = invariants
+        operand_pairs, terms = values[:2 * len(dots)], values[2 * len(dots):]
         offsets = [b.block_offset(position, step, n, block, sign, extra)
                    for sign, step, extra in shifts]
         whole = None
@@ -178,33 +254,44 @@ def emit_loop(dots: list[ir.Operation], result_dim: int, block: int, ring: Ring,
             term = b.dot_like(dot, *operands,
                               b.with_dim(part_type, result_dim, block * len(shifts)))
             whole = term if whole is None else b.add(whole, term)
+        if product is not None:
+            for i, off in enumerate(offsets):
+                product = b.update_dim(product, b.static_slice(whole, result_dim, i * block,
+                                                               block), result_dim, off)
+        for term in terms:
+            whole = b.add(whole, b.concat([b.slice_dim(term, result_dim, off, block)
+                                           for off in offsets], result_dim))
         return [replay(views, b.static_slice(whole, result_dim, i * block, block))
-                for i in range(len(shifts))]
+                for i in range(len(shifts))], product
 
-    def round_(k, accs, invariants):
+    def round_(k, carried, invariants):
+        product, accs = (carried[0] if held else None), carried[held:]
         up = len(streams) == 2 and (not isinstance(k, int) or k >= up_start)
         shifts = [(+1, k, -a)] + ([(-1, k, a)] if up else [])
-        new = parts(shifts, *invariants)
+        new, product = parts(shifts, invariants, product)
         starts = [k == 0, k == up_start] if isinstance(k, int) else [False, False]
-        return [part if starts[i] else b.add(send(accs[i], i), part)
+        accs = [part if starts[i] else b.add(send(accs[i], i), part)
                 for i, part in enumerate(new)]
+        return ([product] if held else []) + accs
 
     position = b.ring_position(ring)
-    invariants = [operand for dot in dots for operand in dot.operands] + [position]
+    invariants = ([operand for dot in dots for operand in dot.operands] + list(addends)
+                  + [position])
     first_uniform = up_start + 1 if len(streams) == 2 else 1
-    accs = []
+    carried = [b.zeros(dots[0].results[0].type)] if held else []
     for k in range(min(first_uniform, a)):
-        accs = round_(k, accs, invariants)
+        carried = round_(k, carried, invariants)
     if len(streams) == 1:
         # The last round, own block plus the arrived accumulator, has the loop body's
         # form (round a: block p + a - a); inside the loop it reuses the loop's buffers.
-        (result,) = b.unrolled_rounds(first_uniform, a + 1, options.unroll, accs, invariants,
-                                      round_)
-        return result
-    accs = b.unrolled_rounds(first_uniform, a, options.unroll, accs, invariants, round_)
-    (own,) = parts([(+1, 0, 0)], *invariants)
+        carried = b.unrolled_rounds(first_uniform, a + 1, options.unroll, carried, invariants,
+                                    round_)
+        return carried[-1], (carried[0] if held else None)
+    carried = b.unrolled_rounds(first_uniform, a, options.unroll, carried, invariants, round_)
+    product, accs = (carried[0] if held else None), carried[held:]
+    (own,), product = parts([(+1, 0, 0)], invariants, product)
     arrived = [send(acc, i) for i, acc in enumerate(accs)]
     result = own
     for value in arrived:
         result = b.add(value, result)
-    return result
+    return result, product

@@ -14,8 +14,8 @@ from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
 from harness import Program, check, partitioner
-from passes import all_gather_matmul, matmul_reduce_scatter
-from passes.all_gather_matmul import OverlapAllGatherMatmul
+from overlap_hlo.passes import all_gather_matmul, matmul_reduce_scatter
+from overlap_hlo.passes.all_gather_matmul import OverlapAllGatherMatmul
 
 AG = jax.lax.all_gather
 RS = jax.lax.psum_scatter
