@@ -61,6 +61,23 @@ class SiteLog:
         self.sites.append(Site(describe(location, self.input_name), pattern, applied, **facts))
 
 
+@dataclass
+class Reporter:
+    """Handed to `rewrite_site`: records decisions about other sites that a site settles
+    (logged after the site's own record), and names locations as the log does."""
+
+    records: list
+    pattern: str
+    input_name: str | None = None
+
+    def __call__(self, location: ir.Location, applied: bool, pattern: str | None = None,
+                 **facts) -> None:
+        self.records.append((location, pattern or self.pattern, applied, facts))
+
+    def where(self, location: ir.Location) -> str:
+        return describe(location, self.input_name)
+
+
 def statistics(sites: list[Site]) -> dict[str, dict[str, int]]:
     """Per pass: sites seen, rewritten, and left unchanged by reason."""
     table: dict[str, dict[str, int]] = {}
@@ -211,9 +228,7 @@ class RewritePass:
             location = op.location  # read before the rewrite erases `op`
 
             reports = []   # other sites this one settles, recorded after it
-
-            def report(where, applied, pattern=None, **facts):
-                reports.append((where, pattern or self.name, applied, facts))
+            report = Reporter(reports, self.name, log.input_name)
 
             try:
                 try:

@@ -138,7 +138,7 @@ class OverlapAllGatherMatmul(RewritePass):
             scatter = scatter_fed_by(use.user)
             if scatter is None:
                 continue
-            where = describe(scatter.location)
+            where = report.where(scatter.location)
             location = scatter.location
             gathered = [i for i, v in enumerate(use.user.operands) if v in gathered]
             dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value
@@ -147,7 +147,7 @@ class OverlapAllGatherMatmul(RewritePass):
                     use.user).result_source(top_dim):
                 reason = ("the scatter dim is the gathered dim: its ring would read blocks "
                           f"of the gathered dim; its dot is decomposed by the all_gather "
-                          f"ring at {describe(use.user.location)} instead")
+                          f"ring at {report.where(use.user.location)} instead")
                 report(location, False, pattern=self.scatter_pass.name, reason=reason,
                        kind="scatter dim is the gathered dim")
                 notes.append(f"its dot feeds the reduce_scatter at {where}, left unchanged "
@@ -173,6 +173,7 @@ class OverlapAllGatherMatmul(RewritePass):
 
     def rewrite_site(self, op, rewriter, scan, report=None):
         gather = op.operation
+        where = report.where if report is not None else describe
         dim = ir.IntegerAttr(gather.attributes["all_gather_dim"]).value
         uses, values = users_through_views(gather.results[0], dim)
         dots = []
@@ -232,7 +233,7 @@ class OverlapAllGatherMatmul(RewritePass):
         detail = (f"{len(consumers)} dot(s) ({kinds}), {gather.results[0].type} gathered "
                   f"over groups of {ring.size}")
         if inner is not None:
-            detail += (f" (an all_gather of the all_gather at {describe(inner.location)}, "
+            detail += (f" (an all_gather of the all_gather at {where(inner.location)}, "
                        "both in one ring)")
         if len(groups) > 1:
             detail += f", {len(groups)} loops"

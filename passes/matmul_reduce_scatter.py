@@ -30,7 +30,6 @@ from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
 from overlap_hlo.dots import DotDims, flops
 from overlap_hlo.dominance import after
-from overlap_hlo.locations import describe
 from overlap_hlo.lookthrough import (TRANSPARENT, View, only_transparent, producer, replay,
                                     view_backward)
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
@@ -147,7 +146,7 @@ def _report_shared(dot: ir.Operation, location: ir.Location, report) -> None:
             user = _op(next(iter(user.results[0].uses)).owner)
         if user.name == "stablehlo.reduce_scatter":
             report(user.location, False, reason=(
-                f"its dot also feeds the reduce_scatter at {describe(location)}, whose ring "
+                f"its dot also feeds the reduce_scatter at {report.where(location)}, whose ring "
                 "computes the dot once and assembles its product for this one: a ring of its "
                 "own would compute the dot a second time"),
                 kind="dot shared with another reduce_scatter")

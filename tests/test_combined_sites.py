@@ -227,3 +227,19 @@ def test_site_counts_by_hand():
     counts = op_counts(module)
     assert counts["stablehlo.all_gather"] == counts["stablehlo.reduce_scatter"] == 0
     assert counts["stablehlo.collective_permute"] >= 2
+
+
+@pytest.mark.parametrize("layer, spec", [
+    (fsdp_tp_layer, FSDP_TP),
+    (lambda x, w: RS(AG(x, "batch", axis=0, tiled=True) @ w, "batch", scatter_dimension=1,
+                     tiled=True),
+     dict(mesh_shape=(4, 2), axes=("batch", "feats"),
+          inputs=[((64, 32), P("batch")), ((32, 64), P())])),
+], ids=["fsdp-tp", "same-axis"])
+def test_scatter_pass_first_gives_the_same_two_rings(layer, spec):
+    """With the reduce_scatter pass first, its ring reads the gathered tensor, and the
+    all_gather pass then finds the ring's first partial dot and the loop to serve."""
+    out = P(None, "batch") if spec is not FSDP_TP else P("batch", "feats")
+    prog = Program(layer, out_specs=out, **spec)
+    check(prog, rewritten=2, pipeline="builtin.module(overlap-matmul-reduce-scatter,"
+                                      "overlap-all-gather-matmul,canonicalize,cse)")
