@@ -130,6 +130,11 @@ class Report:
                      f"{len(self.rewritten.loop_copies)} loop-carried copies in loop bodies; "
                      f"{self.topology} ({self.hardware} links, compiler cycles at "
                      f"{self.clock_ghz:g} GHz)")
+        unknown = [loop.name for a in (self.original, self.rewritten) for loop in a.loops
+                   if loop.trip_count is None]
+        if unknown:
+            lines.append(f"warning: trip count not recognised for {', '.join(unknown)}: "
+                         "each counted once")
         return "\n".join(lines) + "\n"
 
 

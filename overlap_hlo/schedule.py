@@ -159,6 +159,7 @@ class Analysis:
     compute_by_name: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     hlo_module: object = field(default=None, repr=False)
     proto: ModuleProto | None = field(default=None, repr=False)
+    _typed: dict | None = field(default=None, repr=False)
 
     def permutes_at(self, location: str) -> list[Permute]:
         return [p for p in self.permutes if p.location == location]
@@ -169,7 +170,11 @@ class Analysis:
     def matmuls_beside(self, collective: Collective) -> list[Instruction]:
         """The matmuls reading a gather's result or producing a scatter's operand."""
         instr = self.proto.by_name.get(collective.name)
-        return neighbour_matmuls(self.hlo_module, self.proto, instr) if instr else []
+        if instr is None:
+            return []
+        if self._typed is None:
+            self._typed = typed_instructions(self.hlo_module)
+        return neighbour_matmuls(self.hlo_module, self.proto, instr, typed=self._typed)
 
 
 TripCounts = Callable[[ModuleProto, Instruction], "int | None"]
@@ -191,7 +196,7 @@ def trip_count(module: ModuleProto, loop: Instruction) -> int | None:
     compare = cond.root
     if compare.opcode != "compare" or len(compare.operand_ids) != 2:
         return None
-    a, b = module.operands(compare)
+    a, b = (_through(module, o) for o in module.operands(compare))
     direction = compare.comparison
     if _constant(module, a) is not None and b.opcode == "get-tuple-element":
         a, b = b, a
@@ -217,12 +222,20 @@ def trip_count(module: ModuleProto, loop: Instruction) -> int | None:
     return max(0, math.ceil(span / step))
 
 
-def _constant(module: ModuleProto, instr: Instruction, depth: int = 0) -> int | None:
+def _through(module: ModuleProto, instr: Instruction) -> Instruction:
+    """`instr` with copies, converts and bitcasts looked through."""
+    for _ in range(4):
+        if instr.opcode not in ("copy", "convert", "bitcast") or not instr.operand_ids:
+            break
+        instr = module.operands(instr)[0]
+    return instr
+
+
+def _constant(module: ModuleProto, instr: Instruction) -> int | None:
     """The integer a scalar constant holds, through copies and converts."""
+    instr = _through(module, instr)
     if instr.opcode == "constant" and len(instr.literal) == 1:
         return instr.literal[0]
-    if instr.opcode in ("copy", "convert", "bitcast") and instr.operand_ids and depth < 4:
-        return _constant(module, module.operands(instr)[0], depth + 1)
     return None
 
 
@@ -234,7 +247,7 @@ def _increment(module: ModuleProto, body, index: int) -> int | None:
     update = module.operands(root)[index]
     if update.opcode not in ("add", "subtract"):
         return None
-    x, y = module.operands(update)
+    x, y = (_through(module, o) for o in module.operands(update))
     for carried, amount in ((x, y), (y, x)):
         value = _constant(module, amount)
         if (value is not None and carried.opcode == "get-tuple-element"
@@ -279,17 +292,7 @@ class _Walker:
         self.timing = timing
         self.trip_counts = trip_counts
         self.timeline = timeline
-        schedule = hlo_module.schedule()
-        self.sequences: dict[str, list[Instruction]] = {}
-        self.typed: dict[str, object] = {}
-        for comp in hlo_module.computations():
-            try:
-                sequence = schedule.sequence(comp)
-            except Exception:  # fusion computations have no sequence of their own
-                continue
-            self.sequences[comp.name] = [proto.by_name[i.name] for i in sequence]
-            for instr in sequence:
-                self.typed[instr.name] = instr
+        self.sequences = scheduled_sequences(hlo_module, proto)
         self.result = Analysis()
         self.lanes: dict[tuple, str] = {}       # pairs -> lane name
         self.lane_free: dict[str, float] = defaultdict(float)
@@ -302,14 +305,8 @@ class _Walker:
     # -- classification ---------------------------------------------------------------
 
     def is_matmul(self, instr: Instruction) -> bool:
-        if instr.opcode in MATMUL_OPCODES:
-            return True
-        if instr.opcode != "fusion":
-            return False
         if instr.id not in self._matmul_cache:
-            self._matmul_cache[instr.id] = any(
-                self.is_matmul(inner) for comp in self.proto.called(instr)
-                for inner in comp.instructions)
+            self._matmul_cache[instr.id] = contains_matmul(self.proto, instr)
         return self._matmul_cache[instr.id]
 
     def loop_has_matmul(self, instr: Instruction) -> bool:
@@ -513,17 +510,27 @@ class _Walker:
                         instr.name, loop.body, self.location(instr), instr.shape.nbytes,
                         instr.estimated_cycles() or 0))
 
-    def users(self, name: str) -> list[Instruction]:
-        typed = self.typed.get(name)
-        return [self.proto.by_name[u.name] for u in typed.users()] if typed else []
+
+def scheduled_sequences(hlo_module, proto: ModuleProto) -> dict[str, list[Instruction]]:
+    """Computation name -> its instructions in schedule order (typed bindings), decoded."""
+    schedule = hlo_module.schedule()
+    sequences = {}
+    for comp in hlo_module.computations():
+        try:
+            sequence = schedule.sequence(comp)
+        except IndexError:  # fusion computations have no sequence of their own
+            continue
+        sequences[comp.name] = [proto.by_name[i.name] for i in sequence]
+    return sequences
 
 
 def neighbour_matmuls(hlo_module, proto: ModuleProto, collective: Instruction,
-                      depth: int = 3) -> list[Instruction]:
+                      depth: int = 3, typed: dict | None = None) -> list[Instruction]:
     """The matmul instructions that read a gather's result or produce a scatter's
     operand, through up to `depth` instructions (bitcasts, copies, dones), found with
-    the typed bindings' users() and operands()."""
-    typed = {i.name: i for comp in hlo_module.computations() for i in comp.instructions()}
+    the typed bindings' users() and operands(). `typed`: name -> typed instruction."""
+    if typed is None:
+        typed = typed_instructions(hlo_module)
     gathers = collective.opcode in ("all-gather", "all-gather-start") or (
         collective.opcode == "async-start" and any(
             c.root.opcode == "all-gather" for c in proto.called(collective)))
@@ -542,7 +549,7 @@ def neighbour_matmuls(hlo_module, proto: ModuleProto, collective: Instruction,
                 decoded = proto.by_name.get(other.name)
                 if decoded is None:
                     continue
-                if _contains_matmul(proto, decoded):
+                if contains_matmul(proto, decoded):
                     found.append(decoded)
                 else:
                     nxt.append(other.name)
@@ -550,9 +557,14 @@ def neighbour_matmuls(hlo_module, proto: ModuleProto, collective: Instruction,
     return found
 
 
-def _contains_matmul(proto: ModuleProto, instr: Instruction) -> bool:
+def typed_instructions(hlo_module) -> dict[str, object]:
+    return {i.name: i for comp in hlo_module.computations() for i in comp.instructions()}
+
+
+def contains_matmul(proto: ModuleProto, instr: Instruction) -> bool:
+    """A dot or convolution, or a fusion with one inside."""
     if instr.opcode in MATMUL_OPCODES:
         return True
     return instr.opcode == "fusion" and any(
-        _contains_matmul(proto, inner) for comp in proto.called(instr)
+        contains_matmul(proto, inner) for comp in proto.called(instr)
         for inner in comp.instructions)
