@@ -39,14 +39,32 @@ class Site:
     reason: str = ""                 # why it was left unchanged
     kind: str = ""                   # the reason, grouped for statistics
     estimate: Estimate | None = None
+    rule: str = ""                   # what decided a rewrite (threshold, cost model)
+    profile_named: bool = True       # the estimate's profile was chosen (not the default)
 
     def format(self) -> str:
-        facts = [self.detail, self.estimate.format() if self.estimate else ""]
+        facts = [self.detail]
+        if self.applied and self.rule:
+            facts.append(f"decided by {self.rule}")
+        if self.estimate is not None:
+            facts.append(self.prediction())
         if not self.applied:
             facts.insert(0, self.reason)
         verdict = "rewritten" if self.applied else "left unchanged"
         return (f"{self.location}: remark: {self.pattern}: {verdict}: "
                 + "; ".join(fact for fact in facts if fact))
+
+    def prediction(self) -> str:
+        """The predicted times, labelled with the profile that made them; a rewritten
+        site predicted slower than the original says so."""
+        e = self.estimate
+        text = (f"predicted {e.before_us:.1f} us -> {e.after_us:.1f} us ({e.speedup:.2f}x) "
+                f"on {e.hardware}")
+        if not self.profile_named:
+            text += " (default profile, not chosen)"
+        if self.applied and e.after_us > e.before_us:
+            text += ": predicted slower than the original"
+        return text
 
 
 @dataclass
@@ -59,6 +77,14 @@ class SiteLog:
 
     def add(self, location: ir.Location, pattern: str, applied: bool, **facts) -> None:
         self.sites.append(Site(describe(location, self.input_name), pattern, applied, **facts))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Why a site is rewritten: its predicted times and the rule that decided."""
+
+    estimate: Estimate
+    rule: str
 
 
 @dataclass
@@ -206,7 +232,7 @@ class RewritePass:
         return cls(**values)
 
     def rewrite_site(self, op, rewriter, scan: ModuleScan, report=None
-                     ) -> tuple[str, Estimate]:
+                     ) -> tuple[str, Decision]:
         """Rewrite the site rooted at `op`; `report(location, applied, **facts)` records
         a decision about another site of this pass that this one settles."""
         raise NotImplementedError
@@ -219,6 +245,7 @@ class RewritePass:
         # unchanged), and each site gets one decision and one record. Keys are the
         # ops' identities: roots are never created by a rewrite, so a key is not reused.
         decided: set[int] = set()
+        named = bool(self.hardware)
 
         def pattern(op, rewriter):
             key = hash(op.operation)
@@ -238,14 +265,15 @@ class RewritePass:
                     return True
                 except Unsupported as reason:
                     log.add(location, self.name, False, reason=str(reason), kind=reason.kind,
-                            detail=reason.detail, estimate=reason.estimate)
+                            detail=reason.detail, estimate=reason.estimate, profile_named=named)
                     return True
-                detail, estimate = outcome
-                log.add(location, self.name, True, detail=detail, estimate=estimate)
+                detail, decision = outcome
+                log.add(location, self.name, True, detail=detail, estimate=decision.estimate,
+                        rule=decision.rule, profile_named=named)
                 return False  # the bindings read a falsy result as "matched and rewrote"
             finally:
                 for where, pattern_name, applied, facts in reports:
-                    log.add(where, pattern_name, applied, **facts)
+                    log.add(where, pattern_name, applied, profile_named=named, **facts)
 
         patterns = compat.RewritePatternSet()
         patterns.add(self.root, pattern)
@@ -257,8 +285,9 @@ class RewritePass:
         compat.apply_patterns_and_fold_greedily(module_op, patterns.freeze(), config)
 
     def decide(self, communicated: ir.RankedTensorType, shape: SiteShape,
-               detail: str) -> Estimate:
-        """The site's predicted times; raises Unsupported when it is not worth it.
+               detail: str) -> Decision:
+        """The site's predicted times and the rule that decided to rewrite it; raises
+        Unsupported (naming the rule) when it is not worth it.
 
         An explicit threshold-mib decides by size (it overrides the cost model);
         without one, a hardware profile decides by the cost model, and with neither
@@ -269,15 +298,21 @@ class RewritePass:
         estimate = cost.estimate(shape, profile)
         if self.threshold_mib is not None or not self.hardware:
             threshold = DEFAULT_THRESHOLD_MIB if self.threshold_mib is None else self.threshold_mib
+            rule = f"threshold-mib={threshold:g} " + (
+                "(the default: neither threshold-mib nor hardware given)"
+                if self.threshold_mib is None else
+                f"(explicit, over the cost model for {profile.name})" if self.hardware
+                else "(explicit)")
             size = mib(communicated)
             if size < threshold:
-                raise Unsupported(f"communicated tensor is {size:.3g} MiB, below "
-                                  f"threshold-mib={threshold:g}", kind="below threshold-mib",
-                                  detail=detail, estimate=estimate)
-        elif not estimate.pays():
-            raise Unsupported(f"not profitable on {profile.name}", kind="not profitable",
+                raise Unsupported(f"communicated tensor is {size:.3g} MiB, below {rule}",
+                                  kind="below threshold-mib", detail=detail, estimate=estimate)
+            return Decision(estimate, f"{rule}: {size:.3g} MiB communicated")
+        if not estimate.pays():
+            raise Unsupported(f"not profitable on {profile.name} (the cost model: less than "
+                              f"{cost.MARGIN:.0%} faster)", kind="not profitable",
                               detail=detail, estimate=estimate)
-        return estimate
+        return Decision(estimate, f"the cost model for {profile.name}")
 
 
 def _convert(f: dataclasses.Field, text: str, pass_name: str):

@@ -131,9 +131,11 @@ class OverlapAllGatherMatmul(RewritePass):
         partial dot and which assembles the gathered tensor for the scatter ring's
         other rounds. Not when the scatter dim is the gathered dim (the scatter ring
         would read blocks of the gathered dim): then only this gather's ring is built.
-        Returns notes for the remark; each scatter's own record goes to `report`.
+        Returns whether a scatter ring was built, notes for the remark, and the
+        records of the scatters left unchanged, which are this site's to report only if
+        its ring replaces their dots (otherwise the reduce_scatter pass meets them).
         """
-        notes = []
+        built, notes, pending = False, [], []
         for use in dots:
             scatter = scatter_fed_by(use.user)
             if scatter is None:
@@ -148,28 +150,30 @@ class OverlapAllGatherMatmul(RewritePass):
                 reason = ("the scatter dim is the gathered dim: its ring would read blocks "
                           f"of the gathered dim; its dot is decomposed by the all_gather "
                           f"ring at {report.where(use.user.location)} instead")
-                report(location, False, pattern=self.scatter_pass.name, reason=reason,
-                       kind="scatter dim is the gathered dim")
-                notes.append(f"its dot feeds the reduce_scatter at {where}, left unchanged "
-                             "(the scatter dim is the gathered dim)")
+                pending.append((location, dict(reason=reason,
+                                               kind="scatter dim is the gathered dim")))
+                notes.append(f"its dot feeds the reduce_scatter at {where}, which keeps its "
+                             "collective (the scatter dim is the gathered dim)")
                 continue
             try:
                 with location, b.shared_scalars():   # its constants stay its own
-                    detail, estimate = self.scatter_pass.rewrite_site(scatter, rewriter, scan,
+                    detail, decision = self.scatter_pass.rewrite_site(scatter, rewriter, scan,
                                                                      report)
             except NoMatch:
                 continue
             except Unsupported as reason:
-                report(location, False, pattern=self.scatter_pass.name, reason=str(reason),
-                       kind=reason.kind, detail=reason.detail, estimate=reason.estimate)
-                notes.append(f"its dot feeds the reduce_scatter at {where}, left unchanged "
-                             f"({reason})")
+                pending.append((location, dict(reason=str(reason), kind=reason.kind,
+                                               detail=reason.detail,
+                                               estimate=reason.estimate)))
+                notes.append(f"its dot feeds the reduce_scatter at {where}, which keeps its "
+                             f"collective ({reason.kind})")
                 continue
             report(location, True, pattern=self.scatter_pass.name,
                    detail=detail + "; the dot reads an all_gather whose ring runs inside",
-                   estimate=estimate)
+                   estimate=decision.estimate, rule=decision.rule)
             notes.append(f"its dot is decomposed inside the reduce_scatter ring at {where}")
-        return notes
+            built = True
+        return built, notes, pending
 
     def rewrite_site(self, op, rewriter, scan, report=None):
         gather = op.operation
@@ -202,8 +206,8 @@ class OverlapAllGatherMatmul(RewritePass):
         if block * ring.size != gather.results[0].type.shape[dim]:
             raise Unsupported(f"gathered dim {gather.results[0].type.shape[dim]} is not "
                               f"{ring.size} x {block}")
-        notes = self.scatters_first(dots, values, rewriter, scan, report)
-        if notes:   # the scatter rings now read the gathered tensor: look again
+        built, notes, pending = self.scatters_first(dots, values, rewriter, scan, report)
+        if built:   # the scatter rings now read the gathered tensor: look again
             uses, values = users_through_views(gather.results[0], dim)
             dots = [use for i, use in enumerate(uses) if use.user.name == "stablehlo.dot_general"
                     and all(d.user != use.user for d in uses[:i])]
@@ -251,7 +255,7 @@ class OverlapAllGatherMatmul(RewritePass):
         assembly = None if reused is None else Assembly(gather.results[0].type, block)
         ring_dots = [c.dot for c in consumers]
         rounds = cost.gather_rounds(ring.size, self.bidirectional)
-        estimate = self.decide(gather.results[0].type, cost.SiteShape(
+        decision = self.decide(gather.results[0].type, cost.SiteShape(
             ring.size, sum(flops(dot) for dot in ring_dots),
             cost.element_name(ring_dots[0].operands[0].type.element_type),
             mib(shard.type) * 2**20, rounds, exposed_round=-1,
@@ -276,7 +280,9 @@ class OverlapAllGatherMatmul(RewritePass):
             rewriter.replace_op(gather, [buffer])
         if inner is not None and not list(inner.results[0].uses):
             rewriter.erase_op(inner)
-        return detail, estimate
+        for location, facts in pending:   # their dots are this ring's now
+            report(location, False, pattern=self.scatter_pass.name, **facts)
+        return detail, decision
 
 
 def chained_gather(gather: ir.Operation, scan) -> tuple[ir.Operation, Ring] | None:

@@ -89,7 +89,7 @@ class OverlapMatmulReduceScatter(RewritePass):
         rounds = cost.scatter_rounds(ring.size, self.bidirectional)
         # Loop rounds: one stream, all but round 0; two, those after both have started.
         uniform = len(rounds) - 1 - (rounds.index(2) + 1) if 2 in rounds else len(rounds) - 1
-        estimate = self.decide(top.results[0].type, cost.SiteShape(
+        decision = self.decide(top.results[0].type, cost.SiteShape(
             ring.size, sum(flops(dot) for dot in dots),
             cost.element_name(dots[0].operands[0].type.element_type),
             mib(result_type) * 2**20, rounds, exposed_round=0,
@@ -109,7 +109,7 @@ class OverlapMatmulReduceScatter(RewritePass):
                 rewriter.replace_op(dot, [product])
             else:
                 rewriter.erase_op(dot)
-        return detail, estimate
+        return detail, decision
 
 
 def scatter_fed_by(dot: ir.Operation) -> ir.Operation | None:

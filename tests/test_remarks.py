@@ -1,0 +1,122 @@
+"""Remarks and statistics: one record per site, and what decided.
+
+Sites with the same source line and shapes (a layer called in a Python loop) are
+separate sites, each with its own record, through rewrite_module(), remarks(),
+statistics(), --remarks and --pass-statistics. Each remark names the rule that
+decided (the default threshold, an explicit threshold-mib, the cost model), labels its
+prediction with the profile that made it, and says when a rewritten site is predicted
+slower than the original.
+"""
+import jax
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import overlap_hlo
+from harness import Program, check, partitioner
+from overlap_hlo.tools import overlap_opt
+
+AG = jax.lax.all_gather
+RS = jax.lax.psum_scatter
+LAYERS = 3
+
+
+def layer(x, w1, w2):
+    h = AG(x, "x", axis=0, tiled=True) @ w1
+    return x + RS(h @ w2, "x", scatter_dimension=0, tiled=True)
+
+
+def looped(x, w1, w2):
+    for _ in range(LAYERS):   # one source line, one shape: LAYERS sites per collective
+        x = layer(x, w1, w2)
+    return x
+
+
+PROG = Program(looped, (8,), ("x",), [((64, 32), P("x")), ((32, 64), P(None, "x")),
+                                      ((64, 32), P("x"))], P("x"))
+
+
+@pytest.fixture(scope="module")
+def text():
+    """With debug info: every layer's sites carry the same Python source location."""
+    with partitioner(True):
+        return PROG.jitted().lower(*PROG.args()).as_text(debug_info=True)
+
+
+def test_every_site_has_its_own_record(text):
+    sites = overlap_hlo.remarks(text, threshold_mib=0)
+    assert len(sites) == 2 * LAYERS
+    assert len({s.location for s in sites}) == 2   # one line for each collective
+    assert len({s.format() for s in sites}) == 2   # identical records, still six
+    assert overlap_hlo.statistics(sites) == {
+        "overlap-all-gather-matmul": {"seen": LAYERS, "rewritten": LAYERS},
+        "overlap-matmul-reduce-scatter": {"seen": LAYERS, "rewritten": LAYERS}}
+    module = overlap_hlo.parse(text)
+    assert len(overlap_hlo.rewrite_module(module, threshold_mib=0)) == 2 * LAYERS
+
+
+def test_every_site_rewritten_and_run(text):
+    check(PROG, rewritten=2 * LAYERS)
+
+
+def test_cli_prints_one_remark_per_site(text, tmp_path, capsys):
+    src = tmp_path / "model.mlir"
+    src.write_text(text)
+    assert overlap_opt.main([str(src), "--threshold-mib=0", "--remarks", "--pass-statistics",
+                             "-o", str(tmp_path / "out.mlir")]) == 0
+    err = capsys.readouterr().err
+    assert err.count(": remark: overlap-all-gather-matmul: rewritten: ") == LAYERS
+    assert err.count(": remark: overlap-matmul-reduce-scatter: rewritten: ") == LAYERS
+
+
+# What decided, and on which profile.
+SMALL = [((64, 32), P("x")), ((32, 16), P())]   # 8 KiB gathered: below the default 1 MiB
+BIG = [((8192, 1024), P("x")), ((1024, 8192), P())]   # 32 MiB gathered, 137 GFLOP
+
+
+def one_site(inputs, **options):
+    prog = Program(lambda x, w: AG(x, "x", axis=0, tiled=True) @ w, (8,), ("x",), inputs, P())
+    with partitioner(True):
+        text = prog.jitted().lower(*prog.args()).as_text()
+    (site,) = overlap_hlo.remarks(text, **options)
+    return site
+
+
+def test_default_threshold_is_named_and_the_profile_was_not_chosen():
+    site = one_site(SMALL)
+    assert not site.applied
+    assert "below threshold-mib=1 (the default: neither threshold-mib nor hardware given)" \
+        in site.reason
+    assert "on h100-sxm (default profile, not chosen)" in site.format()
+
+
+def test_default_threshold_rewrite_names_the_rule():
+    site = one_site(BIG)
+    line = site.format()
+    assert site.applied and "decided by threshold-mib=1 (the default" in line
+    assert "MiB communicated" in line and "(default profile, not chosen)" in line
+
+
+def test_explicit_threshold_over_a_named_profile():
+    site = one_site(SMALL, threshold_mib=0, hardware="tpu-v5e")
+    line = site.format()
+    assert site.applied
+    assert "decided by threshold-mib=0 (explicit, over the cost model for tpu-v5e)" in line
+    assert "on tpu-v5e" in line and "not chosen" not in line
+    # The cost model would not rewrite this tiny site: the remark says it plainly.
+    assert site.estimate.after_us > site.estimate.before_us
+    assert line.endswith(": predicted slower than the original")
+
+
+def test_cost_model_decides_when_a_profile_is_named():
+    rewritten = one_site(BIG, hardware="tpu-v5e")
+    assert rewritten.applied and rewritten.rule == "the cost model for tpu-v5e"
+    assert "predicted slower" not in rewritten.format()
+    unchanged = one_site(SMALL, hardware="tpu-v5e")
+    assert not unchanged.applied and unchanged.kind == "not profitable"
+    assert unchanged.reason == "not profitable on tpu-v5e (the cost model: less than 5% faster)"
+
+
+def test_faster_rewrite_is_not_called_slower():
+    site = one_site(BIG, threshold_mib=0, hardware="tpu-v5e")
+    assert site.estimate.after_us < site.estimate.before_us
+    assert "slower" not in site.format()
