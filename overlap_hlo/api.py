@@ -11,6 +11,7 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from . import compat
+from .large_stack import on_large_stack
 from .pipeline import DEFAULT_PIPELINE, build_pass_manager, registered_passes
 from .rewrite_pass import Site, SiteLog
 
@@ -139,6 +140,20 @@ def check_nesting(data: bytes, limit: int = MAX_NESTING) -> None:
                                  data.count(b"\n", 0, position) + 1, position - line_start + 1)
 
 
+def check_region_nesting(module: ir.Module, limit: int = MAX_NESTING) -> None:
+    """Raise InputError when regions nest deeper than `limit` (bytecode input, whose
+    depth is only known once parsed: the text the tool would print grows with the
+    square of the depth, and could not be read back)."""
+    stack = [(module.operation, 0)]
+    while stack:
+        op, depth = stack.pop()
+        if depth > limit:
+            raise InputError(f"regions nested deeper than {limit} levels")
+        for region in op.regions:
+            for block in region.blocks:
+                stack.extend((inner.operation, depth + 1) for inner in block.operations)
+
+
 def portable_artifact_producer(data: bytes) -> str | None:
     """"StableHLO_v1.15.0" for a StableHLO portable artifact (VHLO bytecode, what
     `jax.export` stores in `mlir_module_serialized`), else None.
@@ -191,12 +206,15 @@ def parse(source: str | bytes, context: ir.Context | None = None) -> ir.Module:
     if data.startswith(BYTECODE_MAGIC):
         producer = portable_artifact_producer(data)
         if producer is not None:
-            return _deserialize(data, producer, context)
-        return ir.Module.parse(data, context=context)
+            module = on_large_stack(lambda: _deserialize(data, producer, context))
+        else:
+            module = on_large_stack(lambda: ir.Module.parse(data, context=context))
+        check_region_nesting(module)
+        return module
     if data.startswith(UTF8_BOM):
         data = data[len(UTF8_BOM):]
     check_nesting(data)
-    return ir.Module.parse(data, context=context)
+    return on_large_stack(lambda: ir.Module.parse(data, context=context))
 
 
 def serialize(module: ir.Module, bytecode: bool = False,
@@ -209,9 +227,10 @@ def serialize(module: ir.Module, bytecode: bool = False,
         import io
 
         buffer = io.BytesIO()
-        module.operation.write_bytecode(buffer)
+        on_large_stack(lambda: module.operation.write_bytecode(buffer))
         return buffer.getvalue()
-    return module.operation.get_asm(enable_debug_info=False, assume_verified=True)
+    return on_large_stack(lambda: module.operation.get_asm(enable_debug_info=False,
+                                                           assume_verified=True))
 
 
 # Rewriting.
@@ -225,7 +244,7 @@ def _rewrite(module: ir.Module, pipeline: str | None, verify: bool, input_name: 
     with module.context:
         pm = build_pass_manager(_pipeline_text(pipeline), log, defaults)
         pm.enable_verifier(verify)
-        pm.run(module.operation)
+        on_large_stack(lambda: pm.run(module.operation))
     return log.sites
 
 

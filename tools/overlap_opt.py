@@ -33,6 +33,7 @@ from jaxlib.mlir import ir
 
 import overlap_hlo
 from overlap_hlo import compat
+from overlap_hlo.large_stack import on_large_stack
 from overlap_hlo.api import BYTECODE_MAGIC, UTF8_BOM, InputError, unchanged_summary
 from overlap_hlo.locations import describe, file_line_col
 from overlap_hlo.pipeline import PipelineError, build_pass_manager, registered_passes
@@ -373,7 +374,10 @@ class Driver:
         try:
             self._check_pipeline()
             self._check_output_path()
-            results = [self._process(chunk) for chunk in self._chunks(self._read_input())]
+            chunks = self._chunks(self._read_input())
+            # MLIR recurses once per nesting level: parse, passes and printing run on
+            # a large stack (signal handlers stay on the main thread).
+            results = on_large_stack(lambda: [self._process(chunk) for chunk in chunks])
         finally:
             handler.detach()
         ok = all(result.ok for result in results)
