@@ -40,6 +40,26 @@ def test_overlap_wrapper_runs_a_training_step():
     assert len(fast._compiled) == 1   # compiled once per argument signature
 
 
+@pytest.mark.parametrize("options", [{}, {"bidirectional": True, "unroll": 2}],
+                         ids=["default", "bidi-unroll2"])
+def test_training_step_keeps_no_gather_or_scatter(options):
+    """The residual the backward pass keeps is assembled by the forward ring."""
+    _, step, _, args = transformer.build(transformer.Config(layers=2))
+    text = overlap_hlo.rewrite_lowered(step.lower(*args), threshold_mib=0,
+                                       **options).as_text()
+    counts = {name: 0 for name in ("stablehlo.all_gather", "stablehlo.reduce_scatter",
+                                   "stablehlo.collective_permute")}
+
+    def visit(op):
+        if op.name in counts:
+            counts[op.name] += 1
+        return ir.WalkResult.ADVANCE
+
+    overlap_hlo.parse(text).operation.walk(visit)
+    assert counts["stablehlo.all_gather"] == counts["stablehlo.reduce_scatter"] == 0, counts
+    assert counts["stablehlo.collective_permute"] > 0
+
+
 def structure(text: str) -> dict:
     """What a re-export must keep, whatever the SSA numbering or the JAX version: the
     entry signature and, in program order, every collective and dot with its types.
