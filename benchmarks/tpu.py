@@ -208,6 +208,21 @@ def _site(row) -> dict:
 
 # --- reporting ----------------------------------------------------------------------
 
+def source_state() -> dict:
+    """The commit measured, and which of the rewrite's files differed from it."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args):
+        done = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True)
+        return done.stdout.rstrip("\n") if done.returncode == 0 else None
+
+    changed = git("status", "--porcelain", "--", "overlap_hlo", "passes")
+    return {"commit": git("rev-parse", "HEAD"),
+            "uncommitted": [line[3:] for line in (changed or "").splitlines()]}
+
+
 def versions() -> dict:
     found = {}
     for package in ("jax", "jaxlib", "libtpu"):
@@ -325,7 +340,7 @@ def main(argv=None) -> int:
             "versions": versions(), "python": platform.python_version(),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
             "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
-            "dims": dims.__dict__}
+            "dims": dims.__dict__, "source": source_state()}
     print(f"{info['date']}: jax {info['versions']['jax']}, libtpu {info['versions']['libtpu']}")
     runs = [(name, s) for name in args.layers.split(",") for s in slices]
     if not args.quick and args.slices == parser.get_default("slices"):
@@ -342,7 +357,10 @@ def main(argv=None) -> int:
     info["seconds"] = time.perf_counter() - started
     text = "\n\n".join([
         f"Date {info['date']}, jax {info['versions']['jax']}, libtpu "
-        f"{info['versions']['libtpu']}; {info['seconds']:.0f} s on {info['machine']}.",
+        f"{info['versions']['libtpu']}; {info['seconds']:.0f} s on {info['machine']}; "
+        f"commit {(info['source']['commit'] or '?')[:10]}"
+        + (f" with uncommitted changes in {', '.join(info['source']['uncommitted'])}"
+           if info['source']['uncommitted'] else "") + ".",
         "Each cell: permutes overlapped / permutes in the schedule, predicted step time, TPU "
         "temporaries.", table(results), bound_table(results), model_table(results),
         model_errors(results)])

@@ -58,7 +58,6 @@ CHIPS = {
     "v5p": Chip("tpu-v5p", 1.75, "459 TFLOP/s / (2 TensorCores x 4 MXUs x 128^2 x 2)"),
     "v6e": Chip("tpu-v6e", 1.75, "918 TFLOP/s / (4 MXUs x 256^2 x 2)"),
 }
-_ALIASES = {"v5litepod": "v5e", "v5lite": "v5e", "v6lite": "v6e"}
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,6 @@ def topology(name: str) -> Topology:
     """The devices of a named TPU slice, e.g. "v5e:2x4" (libtpu's stderr chatter about
     the missing accelerator is kept off the terminal)."""
     generation = name.split(":", 1)[0].lower()
-    generation = _ALIASES.get(generation, generation)
     if ":" not in name or generation not in CHIPS:
         raise TopologyMismatch(f"unknown TPU topology '{name}' (expected GENERATION:SHAPE "
                                f"with GENERATION one of {', '.join(CHIPS)}, e.g. v5e:2x4)")

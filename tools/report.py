@@ -97,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
         return err.exit_code
+    except Exception as err:  # a bug here, not in the input: still one line
+        print(f"{PROG}: internal error (please report it): {type(err).__name__}: "
+              f"{_one_line(err)}", file=sys.stderr, flush=True)
+        return EXIT_FAILURE
 
 
 def run(args: argparse.Namespace) -> int:
