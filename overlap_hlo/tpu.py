@@ -180,7 +180,8 @@ def device_count(module: ir.Module) -> tuple[int, int]:
 
 
 def compile_module(module: ir.Module, topo: Topology) -> Compiled:
-    """Compile `module` for `topo` (partition i on the slice's device i)."""
+    """Compile `module` for `topo` (partition i on the slice's device i). Bare file
+    locations in `module` are wrapped in name locations first."""
     partitions, replicas = device_count(module)
     if replicas != 1:
         raise TopologyMismatch(f"the module has mhlo.num_replicas={replicas}; only "
@@ -191,6 +192,7 @@ def compile_module(module: ir.Module, topo: Topology) -> Compiled:
             f"{partitions}) but {topo.name} has {topo.device_count}")
     with module.context:
         inputs, outputs = _signature(module)
+        _name_file_locations(module)
     lowering = _placeholder_lowering(topo, inputs, outputs)
     lowering._hlo = module
     error = None
@@ -203,6 +205,21 @@ def compile_module(module: ir.Module, topo: Topology) -> Compiled:
         message = str(error).strip() or repr(error)
         raise TpuError(f"the TPU compiler rejected the module: {message}") from None
     return Compiled(executable, module)
+
+
+def _name_file_locations(module: ir.Module) -> None:
+    """XLA keeps an op's source position in the HLO metadata only under a name
+    location (as JAX writes them); wrap bare file locations (text printed without
+    them, or hand-written) in one, named after the op, so sites can be found."""
+    def visit(op):
+        loc = op.location
+        if type(loc) is ir.Location:
+            loc = ir.Location.from_attr(loc.attr, loc.context)
+        if isinstance(loc, ir.FileLineColLoc):
+            op.location = ir.Location.name(op.name, loc)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
 
 
 def compile_pair(source, topo: Topology | str, pipeline: str = DEFAULT_PIPELINE, *,

@@ -181,8 +181,9 @@ def test_missing_libtpu_is_a_clear_error(monkeypatch):
 
 
 def test_cli_json_and_timeline(tmp_path, capsys):
+    """From text printed without locations: sites are found by their line in it."""
     source = tmp_path / "mlp.mlir"
-    source.write_text(lowered_mlp("v5e:2x4").as_text(debug_info=True))
+    source.write_text(lowered_mlp("v5e:2x4").as_text())
     out, svg = tmp_path / "report.json", tmp_path / "timeline.svg"
     code = report_cli.main([str(source), "--tpu=v5e:2x4", "--threshold-mib=0",
                             "--bidirectional", f"--json={out}", f"--timeline={svg}"])
@@ -194,6 +195,8 @@ def test_cli_json_and_timeline(tmp_path, capsys):
     assert [site["pattern"] for site in data["sites"]] == [GATHER, SCATTER]
     assert sum(site["permutes"] for site in data["sites"]) == data["permutes"] > 0
     for site in data["sites"]:
+        assert site["location"].startswith(f"{source}:") and site["permutes"] > 0
+        assert site["before_us"] >= site["compute_bound_us"] > 0
         assert site["permutes"] == len(site["permute_details"])
         assert site["overlapped"] == sum(p["overlapped"] for p in site["permute_details"])
     assert svg.read_text().lstrip().startswith("<?xml")
