@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 _ELEMENT_BYTES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 2, 11: 4,
                   12: 8, 15: 8, 16: 2, 18: 16, 19: 1, 20: 1, 21: 1, 22: 1, 23: 1, 24: 1,
                   25: 1, 26: 1, 27: 1, 28: 1, 29: 1, 30: 1, 31: 1, 32: 1, 33: 1}
-_TUPLE, _TOKEN = 13, 17
+_TUPLE = 13
 
 
 def _fields(data: bytes) -> dict[int, list]:
@@ -96,10 +96,6 @@ class Shape:
         for d in self.dims:
             count *= d
         return count * _ELEMENT_BYTES.get(self.element_type, 0)
-
-    @property
-    def is_array(self) -> bool:
-        return self.element_type not in (_TUPLE, _TOKEN, 0)
 
 
 @dataclass(frozen=True)
@@ -186,9 +182,6 @@ class ModuleProto:
 
     def called(self, instr: Instruction) -> list[Computation]:
         return [self.computations[i] for i in instr.called_ids if i in self.computations]
-
-    def computation_named(self, name: str) -> Computation:
-        return next(c for c in self.computations.values() if c.name == name)
 
 
 def parse_module(serialized: bytes) -> ModuleProto:

@@ -139,27 +139,31 @@ class Report:
 
 
 def build(source, topology: str | tpu.Topology, pipeline: str = DEFAULT_PIPELINE, *,
-          input_name: str | None = None, timeline: bool = False, **options) -> Report:
+          input_name: str | None = None, timeline: bool = False,
+          trip_counts: schedule.TripCounts = schedule.trip_count, **options) -> Report:
     """Compile `source` for `topology`, original and rewritten with `options`, and report
-    every site. Raises tpu.TpuError subclasses when it cannot compile."""
+    every site. Raises tpu.TpuError subclasses when it cannot compile. `trip_counts`
+    reads a loop's iterations (by default from the compiled loop itself)."""
     return build_variants(source, topology, {"rewritten": options}, pipeline,
-                          input_name=input_name, timeline=timeline)["rewritten"]
+                          input_name=input_name, timeline=timeline,
+                          trip_counts=trip_counts)["rewritten"]
 
 
 def build_variants(source, topology: str | tpu.Topology, variants: dict[str, dict],
                    pipeline: str = DEFAULT_PIPELINE, *, input_name: str | None = None,
-                   timeline: bool = False) -> dict[str, Report]:
+                   timeline: bool = False,
+                   trip_counts: schedule.TripCounts = schedule.trip_count) -> dict[str, Report]:
     """One report per option set in `variants` (name -> options), the original
     compiled once."""
     topo = tpu.topology(topology) if isinstance(topology, str) else topology
     timing = Timing(topo.hardware, topo.chip.clock_ghz, topo.device_count)
     original_compiled = tpu.compile_module(tpu.as_module(source), topo)
-    original = analyze(original_compiled, timing, timeline)
+    original = analyze(original_compiled, timing, timeline, trip_counts)
     reports = {}
     for name, options in variants.items():
         compiled, sites = tpu.compile_rewritten(original_compiled.module, topo, pipeline,
                                                 input_name=input_name, **options)
-        rewritten = analyze(compiled, timing, timeline)
+        rewritten = analyze(compiled, timing, timeline, trip_counts)
         model = _model_estimates(original_compiled.module, pipeline, topo, input_name,
                                  options)
         by_location: dict[str, list] = {}
@@ -176,9 +180,11 @@ def build_variants(source, topology: str | tpu.Topology, variants: dict[str, dic
     return reports
 
 
-def analyze(compiled: tpu.Compiled, timing: Timing, timeline: bool = False) -> Analysis:
+def analyze(compiled: tpu.Compiled, timing: Timing, timeline: bool = False,
+            trip_counts: schedule.TripCounts = schedule.trip_count) -> Analysis:
     """The modelled schedule of one compiled module, with its TPU temp bytes."""
     return schedule.analyze(compiled.hlo_module, timing, timeline=timeline,
+                            trip_counts=trip_counts,
                             temp_bytes=compiled.memory.temp_size_in_bytes)
 
 

@@ -138,6 +138,17 @@ def test_unrolled_v6e():
     assert rep.rewritten.loop_copies == []     # unrolled: carried buffers alternate
 
 
+def test_trip_counts_are_one_replaceable_function(one_stream):
+    """The schedule reads trip counts through one hook (a ring plan can stand in)."""
+    topo = tpu.topology("v5e:2x4")
+    timing = schedule.Timing(topo.hardware, topo.chip.clock_ghz)
+    once = schedule.analyze(one_stream.rewritten.hlo_module, timing,
+                            trip_counts=lambda module, loop: 1)
+    assert [loop.trip_count for loop in once.loops] == [1, 1]
+    assert sum(p.executions for p in once.permutes) == len(once.permutes) == 3
+    assert once.total_us < one_stream.rewritten_us
+
+
 @pytest.mark.xfail(strict=True, reason="issue 10 item 5: the TPU compiler fuses each "
                    "round's partial dot with the add of the received accumulator, so the "
                    "reduce_scatter ring's permute waits for its own round's dot")
