@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import stablehlo
 
 from . import api, schedule, tpu
 from .locations import describe
