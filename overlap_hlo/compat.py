@@ -35,6 +35,23 @@ def replace_lowered_module(lowered, module: ir.Module):
         lowered._in_types, lowered._out_types)
 
 
+def lowering_compiling(lowered, module: ir.Module, shardings_from_module: bool = False):
+    """`lowered`'s internal lowering, copied to compile `module` instead; with
+    `shardings_from_module`, JAX reads the in/out shardings back from the compiled
+    module (for a module compiled under a placeholder function's signature)."""
+    from jax._src import sharding_impls
+
+    lowering = copy.copy(lowered._lowering)
+    lowering._hlo = module
+    lowering._executable = None
+    if shardings_from_module:
+        args = dict(lowering.compile_args)
+        args["in_shardings"] = (sharding_impls.UNSPECIFIED,) * len(args["in_shardings"])
+        args["out_shardings"] = (sharding_impls.UNSPECIFIED,) * len(args["out_shardings"])
+        lowering.compile_args = args
+    return lowering
+
+
 def serialize_for_export(module: ir.Module) -> bytes:
     """Serialize as JAX does for `Exported.mlir_module_serialized` (portable artifact)."""
     from jax._src.export import _export

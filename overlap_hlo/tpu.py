@@ -15,7 +15,6 @@ slice's device i). Nothing here runs at import time: `overlap-opt` never imports
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import importlib.util
 import os
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 
-from . import api, cost
+from . import api, compat, cost
 from .pipeline import DEFAULT_PIPELINE
 from .rewrite_pass import Site
 
@@ -193,8 +192,7 @@ def compile_module(module: ir.Module, topo: Topology) -> Compiled:
     with module.context:
         inputs, outputs = _signature(module)
         _name_file_locations(module)
-    lowering = _placeholder_lowering(topo, inputs, outputs)
-    lowering._hlo = module
+    lowering = _placeholder_lowering(topo, inputs, outputs, module)
     error = None
     with _quiet_stderr():
         try:
@@ -241,7 +239,7 @@ def compile_rewritten(module: ir.Module, topo: Topology, pipeline: str = DEFAULT
     return compile_module(rewritten, topo), sites
 
 
-# -- the placeholder lowering (private JAX paths; see compat.py for the others) -------
+# -- the placeholder lowering (its private JAX paths are in compat.py) ----------------
 
 _MLIR_TO_NUMPY = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64",
                   "i1": "bool", "f8E4M3FN": "float8_e4m3fn", "f8E5M2": "float8_e5m2",
@@ -287,13 +285,13 @@ def _signature(module: ir.Module) -> tuple[list, list]:
     return [shaped(t) for t in ftype.inputs], [shaped(t) for t in ftype.results]
 
 
-def _placeholder_lowering(topo: Topology, inputs: list, outputs: list):
-    """A jax.jit lowering over the slice's devices with the module's signature, its
-    shardings left to the compiled module (JAX reads them back from XLA)."""
+def _placeholder_lowering(topo: Topology, inputs: list, outputs: list, module: ir.Module):
+    """A jax.jit lowering over the slice's devices with the module's signature that
+    compiles `module`, its shardings left to the compiled module (JAX reads them back
+    from XLA)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax._src import sharding_impls
 
     mesh = jax.sharding.Mesh(np.array(topo.devices), ("devices",))
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
@@ -303,10 +301,4 @@ def _placeholder_lowering(topo: Topology, inputs: list, outputs: list):
         return tuple(jnp.zeros(shape, dtype) for shape, dtype in outputs)
 
     lowered = jax.jit(placeholder, out_shardings=replicated, keep_unused=True).lower(*specs)
-    lowering = copy.copy(lowered._lowering)
-    lowering._executable = None
-    args = dict(lowering.compile_args)
-    args["in_shardings"] = (sharding_impls.UNSPECIFIED,) * len(inputs)
-    args["out_shardings"] = (sharding_impls.UNSPECIFIED,) * len(outputs)
-    lowering.compile_args = args
-    return lowering
+    return compat.lowering_compiling(lowered, module, shardings_from_module=True)

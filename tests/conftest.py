@@ -3,3 +3,8 @@ import os
 # Eight host CPU devices for every test; must be set before jax is imported.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_force_host_platform_device_count=8").strip()
+
+# libtpu (the [tpu] extra) is for tests/test_tpu*.py, which compile for TPU ahead of time
+# without a TPU backend. Every other JAX process here (this one and its subprocesses)
+# stays on the CPU, so none loads libtpu, prints its warnings or takes its lock file.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
