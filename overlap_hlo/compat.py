@@ -27,9 +27,7 @@ def replace_lowered_module(lowered, module: ir.Module):
     """A new `jax.stages.Lowered` that compiles `module` instead of `lowered`'s own."""
     import jax
 
-    lowering = copy.copy(lowered._lowering)
-    lowering._hlo = module
-    lowering._executable = None
+    lowering = lowering_compiling(lowered, module)
     return jax.stages.Lowered(
         lowering, lowered.args_info, lowered.out_tree, lowered._no_kwargs,
         lowered._in_types, lowered._out_types)
