@@ -4,10 +4,7 @@ matplotlib comes with the `bench` extra and is imported only when a timeline is 
 """
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
-
+from .atomic import replace_file
 from .schedule import Analysis
 
 COLORS = {"matmul": "#3b6fb6", "compute": "#9aa5b1", "copy": "#e39c37", "wait": "#d1495b",
@@ -61,16 +58,4 @@ def draw(panels: dict[str, Analysis], path: str, title: str = "") -> None:
 
 
 def _save(fig, path: str) -> None:
-    target = os.path.realpath(path)
-    suffix = os.path.splitext(target)[1]
-    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target),
-                                     prefix=f".{os.path.basename(target)}.", suffix=suffix)
-    os.close(fd)
-    try:
-        fig.savefig(temporary, dpi=120)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    replace_file(path, lambda temporary: fig.savefig(temporary, dpi=120))

@@ -90,6 +90,21 @@ def op_counts(module: ir.Module) -> Counter:
     return counts
 
 
+def mesh_axes_forms(text: str) -> list[bool]:
+    """Per all_gather / reduce_scatter of `text`: are its groups given as mesh axes?"""
+    from overlap_hlo.meshes import is_mesh_axes
+
+    found = []
+
+    def visit(op):
+        if op.name in ("stablehlo.all_gather", "stablehlo.reduce_scatter"):
+            found.append(is_mesh_axes(op.attributes["replica_groups"]))
+        return ir.WalkResult.ADVANCE
+
+    overlap_hlo.parse(text).operation.walk(visit)
+    return found
+
+
 def permutes(module: ir.Module) -> list[tuple[int | None, tuple]]:
     """(channel handle, source-target pairs) of every collective_permute."""
     from jaxlib.mlir.dialects import stablehlo

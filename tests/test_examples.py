@@ -9,7 +9,7 @@ import pytest
 from jaxlib.mlir import ir
 
 import overlap_hlo
-from overlap_hlo.meshes import is_mesh_axes
+from harness import mesh_axes_forms
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -94,17 +94,9 @@ def test_bundled_module_is_the_tp_mlp_export():
 def test_bundled_modules_come_from_the_newest_jax(name):
     """Exported by JAX >= 0.11 (groups as mesh axes), and fully rewritten on any version."""
     text = (EXAMPLES / name).read_text()
-    module = overlap_hlo.parse(text)
-    forms = []
-
-    def visit(op):
-        if op.name in ("stablehlo.all_gather", "stablehlo.reduce_scatter"):
-            forms.append(is_mesh_axes(op.attributes["replica_groups"]))
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    forms = mesh_axes_forms(text)
     assert forms and all(forms)
-    sites = overlap_hlo.rewrite_module(module)
+    sites = overlap_hlo.rewrite_module(overlap_hlo.parse(text))
     assert sites and all(site.applied for site in sites), [s.format() for s in sites]
 
 

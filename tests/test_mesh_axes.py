@@ -5,18 +5,16 @@ itself, so a ring built from wrong groups shows up as a numeric mismatch on the 
 host devices. JAX-exported programs (mesh axes under 0.12, dense groups under 0.10)
 cover permuted device orders, strided and multi-axis groups and manual bodies.
 """
-from collections import Counter
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 from jaxlib.mlir import ir
 
 import overlap_hlo
-from harness import Program, check, op_counts, permutes, run_spmd_module
-from overlap_hlo.meshes import Mesh, dense_groups, is_mesh_axes
+from harness import Program, check, mesh_axes_forms, op_counts, permutes, run_spmd_module
+from overlap_hlo.meshes import Mesh, dense_groups
 
 MODULE = """
 module @m attributes {{mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32}} {{
@@ -246,25 +244,12 @@ PROGRAMS = {
 }
 
 
-def mesh_axes_sites(text):
-    mod = overlap_hlo.parse(text)
-    found = []
-
-    def visit(op):
-        if op.name in ("stablehlo.all_gather", "stablehlo.reduce_scatter"):
-            found.append(is_mesh_axes(op.attributes["replica_groups"]))
-        return ir.WalkResult.ADVANCE
-
-    mod.operation.walk(visit)
-    return found
-
-
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_jax_exports(name):
     program = PROGRAMS[name]
     counts = check(program, rewritten=1)
     assert counts["stablehlo.collective_permute"] >= 1
     text = program.jitted().lower(*program.args()).as_text()
-    forms = mesh_axes_sites(text)
+    forms = mesh_axes_forms(text)
     newer = tuple(int(v) for v in jax.__version__.split(".")[:2]) >= (0, 11)
     assert forms and all(forms) == newer, (jax.__version__, forms)

@@ -16,11 +16,11 @@ import json
 import os
 import stat
 import sys
-import tempfile
 
 from jaxlib.mlir import ir
 
 import overlap_hlo
+from overlap_hlo.atomic import replace_file
 from overlap_hlo.locations import describe
 from overlap_hlo.pipeline import PipelineError, build_pass_manager
 from overlap_hlo.rewrite_pass import SiteLog
@@ -205,17 +205,11 @@ def _write(path: str, payload: bytes) -> None:
             with open(target, "wb") as file:   # /dev/stdout, a FIFO: write straight in
                 file.write(payload)
             return
-        fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target),
-                                         prefix=f".{os.path.basename(target)}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as file:
+        def write(temporary: str) -> None:
+            with open(temporary, "wb") as file:
                 file.write(payload)
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+
+        replace_file(target, write)
     except OSError as err:
         raise CliError(f"cannot write '{path}': {err.strerror or err}") from None
 
