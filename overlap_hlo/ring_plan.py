@@ -1,0 +1,142 @@
+"""The schedule of one ring, computed once: the emitters build it, the cost model
+prices it, the remarks and the TPU report read it.
+
+    plan = RingPlan("scatter", group_size=8, bidirectional=True, unroll=2)
+    plan.blocks, plan.sends, plan.loop_start, plan.trip_count, plan.permutes
+
+A ring of N devices runs rounds 0..R-1. Round k multiplies `blocks[k]` blocks (one
+dot, the blocks side by side) while `sends[k]` shifts are in flight (one per
+stream); every block moves N-1 times in all. Rounds `loop_start..loop_stop-1` have
+one form and run in a `stablehlo.while` of `trip_count` iterations, `unroll` rounds
+each; the rounds that do not fill an iteration (`remainder`) and the rounds after
+`loop_stop` are emitted after the loop, those before `loop_start` before it.
+
+all_gather ring: round k multiplies the shards of positions p+k (down stream) and
+p-k (up stream) and sends them on; round 0 holds only its own shard, the last round
+sends nothing. With two streams and even N they meet at p+N/2: the round before the
+last sends only the down stream's shard and the last multiplies it alone.
+
+reduce_scatter ring (pipelined): round k first adds the accumulator received during
+round k-1 to the partial product of round k-1 and sends the sum on, then computes
+its own partial product while that accumulator travels; the sum of round k's product
+waits for the next round. So no dot reads a permute of its own round, nor feeds one,
+and the compiler cannot fuse a round's dot with the add of the accumulator in flight.
+Round 0 sends nothing; the sum of the last round's product follows the ring. Two
+streams: a = N//2 rounds before the last down, N-1-a up (starting in round 2a-N+1),
+and a last round with the device's own block.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GATHER, SCATTER = "gather", "scatter"
+
+
+@dataclass(frozen=True)
+class RingPlan:
+    """Rounds, blocks, shifts and loop range of one ring (see the module docstring)."""
+
+    kind: str                 # "gather" (all_gather ring) or "scatter" (reduce_scatter)
+    group_size: int
+    bidirectional: bool = False   # as asked for; groups of 2 use one stream
+    unroll: int = 1
+
+    streams: int = field(init=False)
+    blocks: tuple[int, ...] = field(init=False)   # blocks multiplied in each round
+    sends: tuple[int, ...] = field(init=False)    # shifts in flight during each round
+    loop_start: int = field(init=False)           # first round of the loop
+    loop_stop: int = field(init=False)            # rounds of the loop's form end here
+
+    def __post_init__(self):
+        n = self.group_size
+        if self.kind not in (GATHER, SCATTER):
+            raise ValueError(f"ring kind must be '{GATHER}' or '{SCATTER}', got {self.kind!r}")
+        if n < 2 or self.unroll < 1:
+            raise ValueError(f"a ring needs 2 or more devices and unroll >= 1 "
+                             f"(group size {n}, unroll {self.unroll})")
+        streams = 2 if self.bidirectional and n > 2 else 1
+        build = _gather if self.kind == GATHER else _scatter
+        blocks, sends, start, stop = build(n, streams)
+        for name, value in (("streams", streams), ("blocks", tuple(blocks)),
+                            ("sends", tuple(sends)), ("loop_start", min(start, stop)),
+                            ("loop_stop", stop)):
+            object.__setattr__(self, name, value)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def trip_count(self) -> int:
+        """Iterations of the loop (0: no loop is built)."""
+        return (self.loop_stop - self.loop_start) // self.unroll
+
+    @property
+    def loop_end(self) -> int:
+        """The first round after the loop's iterations."""
+        return self.loop_start + self.trip_count * self.unroll
+
+    @property
+    def remainder(self) -> int:
+        """Rounds of the loop's form emitted after the loop (they fill no iteration)."""
+        return self.loop_stop - self.loop_end
+
+    @property
+    def rounds_before_loop(self) -> range:
+        return range(0, self.loop_start)
+
+    @property
+    def rounds_after_loop(self) -> range:
+        return range(self.loop_end, self.rounds)
+
+    @property
+    def transfers(self) -> int:
+        """Shifts executed (every block moves group_size - 1 times)."""
+        return sum(self.sends)
+
+    @property
+    def permutes(self) -> int:
+        """collective_permute ops built: the rounds outside the loop and one body."""
+        outside = sum(self.sends[k] for k in (*self.rounds_before_loop,
+                                              *self.rounds_after_loop))
+        body = sum(self.sends[self.loop_start:self.loop_start + self.unroll])
+        return outside + (body if self.trip_count else 0)
+
+    @property
+    def idle_rounds(self) -> tuple[int, ...]:
+        """Rounds with no shift in flight: their compute is exposed."""
+        return tuple(k for k, s in enumerate(self.sends) if not s)
+
+    def sending(self, k: int) -> range:
+        """The streams (0: down, 1: up) with a shift in flight in round k."""
+        return range(self.sends[k])
+
+    def describe(self) -> str:
+        loop = (f"rounds {self.loop_start}..{self.loop_end - 1} in a loop of "
+                f"{self.trip_count} x {self.unroll}" if self.trip_count else "no loop")
+        return (f"{self.rounds} rounds, {loop}, {self.transfers} shifts "
+                f"({self.streams} stream{'s' if self.streams > 1 else ''})")
+
+
+def _gather(n: int, streams: int):
+    """Blocks, sends and loop range of the all_gather ring."""
+    if streams == 1:
+        return [1] * n, [1] * (n - 1) + [0], 1, n - 1
+    last = n // 2                          # rounds 0..last
+    even = n % 2 == 0
+    blocks = [1] + [2] * (last - 1) + [1 if even else 2]
+    sends = [2] * (last - 1) + [1 if even else 2] + [0]
+    return blocks, sends, 1, last - 1 if even else last
+
+
+def _scatter(n: int, streams: int):
+    """Blocks, sends and loop range of the pipelined reduce_scatter ring."""
+    if streams == 1:
+        # Round k's add needs a received accumulator: from round 2 on.
+        return [1] * n, [0] + [1] * (n - 1), 2, n
+    a = n // 2                  # rounds before the own block's: ceil((n - 1) / 2)
+    up_start = a - (n - 1 - a)  # 1 for even n, 0 for odd
+    blocks = [1 if k < up_start else 2 for k in range(a)] + [1]
+    sends = [0] + [1 + (k - 1 >= up_start) for k in range(1, a + 1)]
+    # Uniform from the round after both streams have received: up_start + 2.
+    return blocks, sends, up_start + 2, a
