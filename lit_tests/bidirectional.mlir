@@ -5,9 +5,11 @@
 
 // bidirectional=true: two streams, one shifting down the ring (position q sends to
 // q-1, so after k shifts p holds the shard of p+k) and one shifting up (q sends to
-// q+1: p holds p-k). Each round multiplies the two held shards side by side in ONE
-// dot (a stablehlo.concatenate of the two feeds it) and writes or adds the two
-// halves at their own block offsets. Every all_gather ring sends N - 1 shards in
+// q+1: p holds p-k). Each round multiplies the two held shards: a dot for each
+// where they are disjoint blocks of the result (free and batch dims), one dot over
+// the two side by side (a stablehlo.concatenate) where they are summed
+// (contracting dims); a reduce_scatter ring's round multiplies both lhs blocks in
+// one dot. Every all_gather ring sends N - 1 shards in
 // all. Odd groups use both streams in every round after round 0: (N - 1) / 2
 // permutes each way. Even groups: the down stream alone reaches block p + N/2, so
 // in the round before the last both shards are multiplied but only the down one
@@ -21,9 +23,10 @@
 // All_gather, free dim of the lhs, one group of 4 (N = 4, rounds 1 and 2 after
 // round 0): 3 permutes, 2 down and 1 up, and no loop (no round is uniform).
 // Round 0 multiplies the own shard and sends it both ways (handles 2 and 3).
-// Round 1 sends only the down shard on (handle 4) while one dot multiplies the
-// concatenate of the two received shards; its halves go to blocks p + 1 and
-// p + 3 (= p - 1). Round 2 multiplies round 1's down shard (block p + 2).
+// Round 1 sends only the down shard on (handle 4) while a dot for each received
+// shard writes blocks p + 1 and p + 3 (= p - 1): the result blocks are disjoint, so
+// the shards are not concatenated (that would copy them into a buffer of twice
+// their size). Round 2 multiplies round 1's down shard (block p + 2).
 // CHECK-LABEL: func.func @ag_free_lhs_4
 // CHECK-SAME: (%[[A4_X:.*]]: tensor<2x16xf32>, %[[A4_W:.*]]: tensor<16x8xf32>)
 // CHECK-NOT: stablehlo.all_gather
@@ -40,16 +43,15 @@
 // CHECK-NEXT: %[[A4_JD:.*]] = stablehlo.add %[[A4_POS]], %[[A4_ONE]] : tensor<i32>
 // CHECK: %[[A4_MD:.*]] = stablehlo.remainder %[[A4_JD]], %{{[^ ]+}}
 // CHECK: %[[A4_OFFD:.*]] = stablehlo.multiply %[[A4_MD]], %{{[^ ]+}}
+// CHECK-NEXT: %[[A4_HD:.*]] = stablehlo.dot_general %[[A4_DOWN0]], %[[A4_W]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[A4_U1:.*]] = stablehlo.dynamic_update_slice %[[A4_ACC0]], %[[A4_HD]], %[[A4_OFFD]], %{{[^ ]+}}
 // CHECK: %[[A4_THREE:.*]] = stablehlo.constant dense<3> : tensor<i32>
 // CHECK-NEXT: %[[A4_JU:.*]] = stablehlo.add %[[A4_POS]], %[[A4_THREE]] : tensor<i32>
 // CHECK: %[[A4_MU:.*]] = stablehlo.remainder %[[A4_JU]], %{{[^ ]+}}
 // CHECK: %[[A4_OFFU:.*]] = stablehlo.multiply %[[A4_MU]], %{{[^ ]+}}
-// CHECK-NEXT: %[[A4_CAT:.*]] = stablehlo.concatenate %[[A4_DOWN0]], %[[A4_UP0]], dim = 0 : (tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<4x16xf32>
-// CHECK-NEXT: %[[A4_PART:.*]] = stablehlo.dot_general %[[A4_CAT]], %[[A4_W]], contracting_dims = [1] x [0] : (tensor<4x16xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
-// CHECK-NEXT: %[[A4_HD:.*]] = stablehlo.slice %[[A4_PART]] [0:2, 0:8]
-// CHECK: %[[A4_U1:.*]] = stablehlo.dynamic_update_slice %[[A4_ACC0]], %[[A4_HD]], %[[A4_OFFD]], %{{[^ ]+}}
-// CHECK-NEXT: %[[A4_HU:.*]] = stablehlo.slice %[[A4_PART]] [2:4, 0:8]
-// CHECK: %[[A4_U2:.*]] = stablehlo.dynamic_update_slice %[[A4_U1]], %[[A4_HU]], %[[A4_OFFU]], %{{[^ ]+}}
+// CHECK-NEXT: %[[A4_HU:.*]] = stablehlo.dot_general %[[A4_UP0]], %[[A4_W]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[A4_U2:.*]] = stablehlo.dynamic_update_slice %[[A4_U1]], %[[A4_HU]], %[[A4_OFFU]], %{{[^ ]+}}
+// CHECK-NOT: stablehlo.concatenate
 // CHECK-NEXT: %[[A4_JL:.*]] = stablehlo.add %[[A4_POS]], %[[A4_TWO]] : tensor<i32>
 // CHECK: %[[A4_ML:.*]] = stablehlo.remainder %[[A4_JL]], %{{[^ ]+}}
 // CHECK: %[[A4_OFFL:.*]] = stablehlo.multiply %[[A4_ML]], %{{[^ ]+}}
@@ -59,10 +61,8 @@
 // FLAG-LABEL: func.func @ag_free_lhs_4
 // FLAG: "stablehlo.collective_permute"(%arg0) {{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]>
 // FLAG: "stablehlo.collective_permute"(%arg0) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0]]>
-// FLAG: stablehlo.concatenate
 // ONEWAY-LABEL: func.func @ag_free_lhs_4
 // ONEWAY-NOT: {{\[}}[0, 1], [1, 2], [2, 3], [3, 0]]
-// ONEWAY-NOT: stablehlo.concatenate
 // ONEWAY: return
 // SENDS-LABEL: func.func @ag_free_lhs_4
 // SENDS-NOT: stablehlo.while
@@ -85,8 +85,7 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // permutes, 4 down and 3 up. Round 0 sends both ways; the loop runs rounds 1 and
 // 2, each sending both carried shards on; round 3, peeled, multiplies both
 // carried shards (blocks p + 3 and p + 5) but sends only the down one on; round 4
-// multiplies that shard (block p + 4). The concatenate of the two shards is along
-// the gathered dim (1) and stays the dot's rhs.
+// multiplies that shard (block p + 4). Each shard is the rhs of a dot of its own.
 // CHECK-LABEL: func.func @ag_free_rhs_8
 // CHECK-SAME: (%[[A8_A:.*]]: tensor<8x16xf32>, %[[A8_X:.*]]: tensor<16x1xf32>)
 // CHECK-NOT: stablehlo.all_gather
@@ -100,10 +99,8 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: "stablehlo.collective_permute"(%[[A8_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK-NEXT: "stablehlo.collective_permute"(%[[A8_UP]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: %[[A8_CAT:.*]] = stablehlo.concatenate %[[A8_DOWN]], %[[A8_UP]], dim = 1 : (tensor<16x1xf32>, tensor<16x1xf32>) -> tensor<16x2xf32>
-// CHECK-NEXT: stablehlo.dot_general %[[A8_OTHER]], %[[A8_CAT]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x2xf32>) -> tensor<8x2xf32>
-// CHECK: stablehlo.slice %{{.*}} [0:8, 0:1]
-// CHECK: stablehlo.slice %{{.*}} [0:8, 1:2]
+// CHECK: stablehlo.dot_general %[[A8_OTHER]], %[[A8_DOWN]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x1xf32>) -> tensor<8x1xf32>
+// CHECK: stablehlo.dot_general %[[A8_OTHER]], %[[A8_UP]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x1xf32>) -> tensor<8x1xf32>
 // CHECK: stablehlo.return
 // CHECK-NEXT: }
 // CHECK-NEXT: %[[A8_DOWN3:.*]] = "stablehlo.collective_permute"(%[[A8_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
@@ -112,16 +109,14 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: %[[A8_J3:.*]] = stablehlo.add %[[A8_POS]], %[[A8_THREE]] : tensor<i32>
 // CHECK: %[[A8_M3:.*]] = stablehlo.remainder %[[A8_J3]], %{{[^ ]+}}
 // CHECK: %[[A8_OFF3:.*]] = stablehlo.multiply %[[A8_M3]], %{{[^ ]+}}
+// CHECK-NEXT: %[[A8_H3:.*]] = stablehlo.dot_general %[[A8_A]], %[[A8_LOOP]]#1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x1xf32>) -> tensor<8x1xf32>
+// CHECK-NEXT: %[[A8_U3:.*]] = stablehlo.dynamic_update_slice %[[A8_LOOP]]#3, %[[A8_H3]], %{{[^ ]+}}, %[[A8_OFF3]]
 // CHECK: %[[A8_FIVE:.*]] = stablehlo.constant dense<5> : tensor<i32>
 // CHECK-NEXT: %[[A8_J5:.*]] = stablehlo.add %[[A8_POS]], %[[A8_FIVE]] : tensor<i32>
 // CHECK: %[[A8_M5:.*]] = stablehlo.remainder %[[A8_J5]], %{{[^ ]+}}
 // CHECK: %[[A8_OFF5:.*]] = stablehlo.multiply %[[A8_M5]], %{{[^ ]+}}
-// CHECK-NEXT: %[[A8_CAT3:.*]] = stablehlo.concatenate %[[A8_LOOP]]#1, %[[A8_LOOP]]#2, dim = 1 : (tensor<16x1xf32>, tensor<16x1xf32>) -> tensor<16x2xf32>
-// CHECK-NEXT: %[[A8_PART3:.*]] = stablehlo.dot_general %[[A8_A]], %[[A8_CAT3]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x2xf32>) -> tensor<8x2xf32>
-// CHECK-NEXT: %[[A8_H3:.*]] = stablehlo.slice %[[A8_PART3]] [0:8, 0:1]
-// CHECK: %[[A8_U3:.*]] = stablehlo.dynamic_update_slice %[[A8_LOOP]]#3, %[[A8_H3]], %{{[^ ]+}}, %[[A8_OFF3]]
-// CHECK-NEXT: %[[A8_H5:.*]] = stablehlo.slice %[[A8_PART3]] [0:8, 1:2]
-// CHECK: %[[A8_U5:.*]] = stablehlo.dynamic_update_slice %[[A8_U3]], %[[A8_H5]], %{{[^ ]+}}, %[[A8_OFF5]]
+// CHECK-NEXT: %[[A8_H5:.*]] = stablehlo.dot_general %[[A8_A]], %[[A8_LOOP]]#2, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x1xf32>) -> tensor<8x1xf32>
+// CHECK-NEXT: %[[A8_U5:.*]] = stablehlo.dynamic_update_slice %[[A8_U3]], %[[A8_H5]], %{{[^ ]+}}, %[[A8_OFF5]]
 // CHECK: %[[A8_FOUR:.*]] = stablehlo.constant dense<4> : tensor<i32>
 // CHECK-NEXT: %[[A8_J4:.*]] = stablehlo.add %[[A8_POS]], %[[A8_FOUR]] : tensor<i32>
 // CHECK: %[[A8_M4:.*]] = stablehlo.remainder %[[A8_J4]], %{{[^ ]+}}
@@ -130,8 +125,9 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK: %[[A8_OUT:.*]] = stablehlo.dynamic_update_slice %[[A8_U5]], %[[A8_LAST]], %{{[^ ]+}}, %[[A8_OFF4]]
 // CHECK-NEXT: return %[[A8_OUT]] : tensor<8x8xf32>
 // FLAG-LABEL: func.func @ag_free_rhs_8
-// FLAG: stablehlo.concatenate
-// FLAG-SAME: tensor<16x2xf32>
+// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4]
+// FLAG-NOT: stablehlo.concatenate
+// FLAG: return
 // SENDS-LABEL: func.func @ag_free_rhs_8
 // SENDS-NOT: stablehlo.while
 // SENDS: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1]
@@ -303,10 +299,9 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // -----
 
 // All_gather, batch dim of the lhs, 2 groups of 4: no loop, 3 permutes (2 down,
-// 1 up). In round 1 the two received shards are concatenated along the batch dim,
-// the rhs batch blocks of both streams likewise, and the result's two batch blocks
-// are written at the two offsets; only the down shard is sent on, and round 2
-// multiplies it.
+// 1 up). In round 1 each received shard meets its own rhs batch block in a dot of
+// its own, and the result's two batch blocks are written at the two offsets; only
+// the down shard is sent on, and round 2 multiplies it.
 // CHECK-LABEL: func.func @ag_batch_lhs_4
 // CHECK-SAME: (%[[B4_X:.*]]: tensor<1x4x16xf32>, %[[B4_W:.*]]: tensor<4x16x8xf32>)
 // CHECK-NOT: stablehlo.all_gather
@@ -317,16 +312,13 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: %[[B4_DOWN1:.*]] = "stablehlo.collective_permute"(%[[B4_DOWN0]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[B4_OFFD:.*]] = stablehlo.multiply
+// CHECK-NEXT: %[[B4_SD:.*]] = stablehlo.dynamic_slice %[[B4_W]], %[[B4_OFFD]], %{{.*}}, %{{.*}}, sizes = [1, 16, 8]
+// CHECK-NEXT: %[[B4_HD:.*]] = stablehlo.dot_general %[[B4_DOWN0]], %[[B4_SD]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<1x4x16xf32>, tensor<1x16x8xf32>) -> tensor<1x4x8xf32>
+// CHECK-NEXT: %[[B4_U1:.*]] = stablehlo.dynamic_update_slice %[[B4_ACC0]], %[[B4_HD]], %[[B4_OFFD]],
 // CHECK: %[[B4_OFFU:.*]] = stablehlo.multiply
-// CHECK-NEXT: %[[B4_CAT:.*]] = stablehlo.concatenate %[[B4_DOWN0]], %[[B4_UP0]], dim = 0 : (tensor<1x4x16xf32>, tensor<1x4x16xf32>) -> tensor<2x4x16xf32>
-// CHECK: %[[B4_SD:.*]] = stablehlo.dynamic_slice %[[B4_W]], %[[B4_OFFD]], %{{.*}}, %{{.*}}, sizes = [1, 16, 8]
-// CHECK: %[[B4_SU:.*]] = stablehlo.dynamic_slice %[[B4_W]], %[[B4_OFFU]], %{{.*}}, %{{.*}}, sizes = [1, 16, 8]
-// CHECK-NEXT: %[[B4_WCAT:.*]] = stablehlo.concatenate %[[B4_SD]], %[[B4_SU]], dim = 0 : (tensor<1x16x8xf32>, tensor<1x16x8xf32>) -> tensor<2x16x8xf32>
-// CHECK-NEXT: %[[B4_PART:.*]] = stablehlo.dot_general %[[B4_CAT]], %[[B4_WCAT]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x4x16xf32>, tensor<2x16x8xf32>) -> tensor<2x4x8xf32>
-// CHECK-NEXT: %[[B4_HD:.*]] = stablehlo.slice %[[B4_PART]] [0:1, 0:4, 0:8]
-// CHECK: %[[B4_U1:.*]] = stablehlo.dynamic_update_slice %[[B4_ACC0]], %[[B4_HD]], %[[B4_OFFD]],
-// CHECK-NEXT: %[[B4_HU:.*]] = stablehlo.slice %[[B4_PART]] [1:2, 0:4, 0:8]
-// CHECK: %[[B4_U2:.*]] = stablehlo.dynamic_update_slice %[[B4_U1]], %[[B4_HU]], %[[B4_OFFU]],
+// CHECK-NEXT: %[[B4_SU:.*]] = stablehlo.dynamic_slice %[[B4_W]], %[[B4_OFFU]], %{{.*}}, %{{.*}}, sizes = [1, 16, 8]
+// CHECK-NEXT: %[[B4_HU:.*]] = stablehlo.dot_general %[[B4_UP0]], %[[B4_SU]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<1x4x16xf32>, tensor<1x16x8xf32>) -> tensor<1x4x8xf32>
+// CHECK-NEXT: %[[B4_U2:.*]] = stablehlo.dynamic_update_slice %[[B4_U1]], %[[B4_HU]], %[[B4_OFFU]],
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK-NOT: stablehlo.concatenate
 // CHECK: %[[B4_OFFL:.*]] = stablehlo.multiply
@@ -353,7 +345,7 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // All_gather, batch dim of the rhs, one group of 8: 7 permutes, 4 down and 3 up.
 // The loop (rounds 1 and 2) sends both carried shards; round 3, after it, sends
-// only the down shard on while one dot multiplies both of the loop's shards;
+// only the down shard on while a dot for each of the loop's shards multiplies it;
 // round 4 multiplies the shard round 3 sent.
 // CHECK-LABEL: func.func @ag_batch_rhs_8
 // CHECK-SAME: (%[[B8_A:.*]]: tensor<8x8x16xf32>, %[[B8_X:.*]]: tensor<1x16x4xf32>)
@@ -367,15 +359,14 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: "stablehlo.collective_permute"(%[[B8_DOWN]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
 // CHECK-NEXT: "stablehlo.collective_permute"(%[[B8_UP]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]>
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: %[[B8_CAT:.*]] = stablehlo.concatenate %[[B8_DOWN]], %[[B8_UP]], dim = 0 : (tensor<1x16x4xf32>, tensor<1x16x4xf32>) -> tensor<2x16x4xf32>
-// CHECK: %[[B8_ACAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x8x16xf32>, tensor<1x8x16xf32>) -> tensor<2x8x16xf32>
-// CHECK-NEXT: stablehlo.dot_general %[[B8_ACAT]], %[[B8_CAT]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x16xf32>, tensor<2x16x4xf32>) -> tensor<2x8x4xf32>
+// CHECK: stablehlo.dot_general %{{.*}}, %[[B8_DOWN]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<1x8x16xf32>, tensor<1x16x4xf32>) -> tensor<1x8x4xf32>
+// CHECK: stablehlo.dot_general %{{.*}}, %[[B8_UP]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<1x8x16xf32>, tensor<1x16x4xf32>) -> tensor<1x8x4xf32>
 // CHECK: stablehlo.return
 // CHECK-NEXT: }
 // CHECK-NEXT: %[[B8_DOWN3:.*]] = "stablehlo.collective_permute"(%[[B8_LOOP]]#1) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: %[[B8_CAT3:.*]] = stablehlo.concatenate %[[B8_LOOP]]#1, %[[B8_LOOP]]#2, dim = 0 : (tensor<1x16x4xf32>, tensor<1x16x4xf32>) -> tensor<2x16x4xf32>
-// CHECK: stablehlo.dot_general %{{.*}}, %[[B8_CAT3]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x16xf32>, tensor<2x16x4xf32>) -> tensor<2x8x4xf32>
+// CHECK: stablehlo.dot_general %{{.*}}, %[[B8_LOOP]]#1, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<1x8x16xf32>, tensor<1x16x4xf32>) -> tensor<1x8x4xf32>
+// CHECK: stablehlo.dot_general %{{.*}}, %[[B8_LOOP]]#2, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<1x8x16xf32>, tensor<1x16x4xf32>) -> tensor<1x8x4xf32>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK-NOT: stablehlo.concatenate
 // CHECK: stablehlo.dot_general %{{.*}}, %[[B8_DOWN3]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<1x8x16xf32>, tensor<1x16x4xf32>) -> tensor<1x8x4xf32>
@@ -442,16 +433,14 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK: %[[AO_JD:.*]] = stablehlo.add %[[AO_POS]], %{{[^ ]+}}
 // CHECK: %[[AO_MD:.*]] = stablehlo.remainder %[[AO_JD]],
 // CHECK: %[[AO_OFFD:.*]] = stablehlo.multiply %[[AO_MD]],
+// CHECK-NEXT: %[[AO_HD:.*]] = stablehlo.dot_general %[[AO_DOWN]], %[[AO_W]]
+// CHECK-NEXT: %[[AO_U1:.*]] = stablehlo.dynamic_update_slice %{{.*}}, %[[AO_HD]], %[[AO_OFFD]],
 // CHECK: %[[AO_TWO:.*]] = stablehlo.constant dense<2> : tensor<i32>
 // CHECK-NEXT: %[[AO_JU:.*]] = stablehlo.add %[[AO_POS]], %[[AO_TWO]]
 // CHECK: %[[AO_MU:.*]] = stablehlo.remainder %[[AO_JU]],
 // CHECK: %[[AO_OFFU:.*]] = stablehlo.multiply %[[AO_MU]],
-// CHECK-NEXT: %[[AO_CAT:.*]] = stablehlo.concatenate %[[AO_DOWN]], %[[AO_UP]], dim = 0 : (tensor<5x16xf32>, tensor<5x16xf32>) -> tensor<10x16xf32>
-// CHECK-NEXT: %[[AO_PART:.*]] = stablehlo.dot_general %[[AO_CAT]], %[[AO_W]]
-// CHECK-NEXT: %[[AO_HD:.*]] = stablehlo.slice %[[AO_PART]] [0:5, 0:8]
-// CHECK: %[[AO_U1:.*]] = stablehlo.dynamic_update_slice %{{.*}}, %[[AO_HD]], %[[AO_OFFD]],
-// CHECK-NEXT: %[[AO_HU:.*]] = stablehlo.slice %[[AO_PART]] [5:10, 0:8]
-// CHECK: %[[AO_OUT:.*]] = stablehlo.dynamic_update_slice %[[AO_U1]], %[[AO_HU]], %[[AO_OFFU]],
+// CHECK-NEXT: %[[AO_HU:.*]] = stablehlo.dot_general %[[AO_UP]], %[[AO_W]]
+// CHECK-NEXT: %[[AO_OUT:.*]] = stablehlo.dynamic_update_slice %[[AO_U1]], %[[AO_HU]], %[[AO_OFFU]],
 // CHECK-NEXT: return %[[AO_OUT]]
 // SENDS-LABEL: func.func @ag_odd
 // SENDS-NOT: stablehlo.while
@@ -483,10 +472,13 @@ module attributes {mhlo.num_partitions = 6 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: "stablehlo.collective_permute"(%[[A5_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 4], [1, 0], [2, 1], [3, 2], [4, 3]]> : tensor<5x2xi64>}>
 // CHECK-NEXT: "stablehlo.collective_permute"(%[[A5_UP]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 0]]> : tensor<5x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: stablehlo.concatenate %[[A5_DOWN]], %[[A5_UP]]
+// CHECK: stablehlo.dot_general %[[A5_DOWN]],
+// CHECK: stablehlo.dot_general %[[A5_UP]],
 // CHECK: stablehlo.return
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: stablehlo.concatenate %[[A5_LOOP]]#1, %[[A5_LOOP]]#2, dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
+// CHECK: stablehlo.dot_general %[[A5_LOOP]]#1, %arg1, contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: stablehlo.dot_general %[[A5_LOOP]]#2, %arg1, contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: return
 // SENDS-LABEL: func.func @ag_odd_5
@@ -516,10 +508,12 @@ module attributes {mhlo.num_partitions = 5 : i32, mhlo.num_replicas = 1 : i32} {
 
 // Reduce_scatter, free dim of the lhs, 2 groups of 4: a = 2 rounds before the own
 // block; the down accumulator starts in round 0 (block p + 2), the up one in round
-// 1 (block p + 1), while the down one takes block p + 3. Round 1's two lhs blocks
-// are concatenated and multiplied in one dot. No loop iteration remains. After
-// round 1 the down accumulator is shifted down once more and the up one up once,
-// and both are added to the own block p.
+// 1 (block p + 1), while the down one takes block p + 3. Round 1 sends round 0's
+// part down, then concatenates its two lhs blocks and multiplies them in one dot
+// (through one optimization_barrier, then sliced into the two parts). No loop
+// iteration remains. The last round adds the down accumulator to its part and
+// sends it down once more, sends the up part up, multiplies the own block p while
+// they travel, and adds both to it.
 // CHECK-LABEL: func.func @rs_free_lhs_4
 // CHECK-SAME: (%[[R4_A:.*]]: tensor<8x16xf32>, %[[R4_B:.*]]: tensor<16x8xf32>)
 // CHECK-NOT: stablehlo.while
@@ -527,20 +521,23 @@ module attributes {mhlo.num_partitions = 5 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: %[[R4_C2:.*]] = stablehlo.constant dense<2> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[R4_POS]], %[[R4_C2]]
 // CHECK: %[[R4_S0:.*]] = stablehlo.dynamic_slice %[[R4_A]], %{{.*}}, %{{.*}}, sizes = [2, 16]
-// CHECK-NEXT: %[[R4_FIRST:.*]] = stablehlo.dot_general %[[R4_S0]], %[[R4_B]], {{.*}} -> tensor<2x8xf32>
+// CHECK-NEXT: %[[R4_D0:.*]] = stablehlo.dot_general %[[R4_S0]], %[[R4_B]], {{.*}} -> tensor<2x8xf32>
+// CHECK-NEXT: %[[R4_FIRST:.*]] = stablehlo.optimization_barrier %[[R4_D0]]
+// CHECK-NEXT: %[[R4_M1:.*]] = "stablehlo.collective_permute"(%[[R4_FIRST]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK-NEXT: %[[R4_C3:.*]] = stablehlo.constant dense<3> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[R4_POS]], %[[R4_C3]]
 // CHECK: %[[R4_C1:.*]] = stablehlo.constant dense<1> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[R4_POS]], %[[R4_C1]]
 // CHECK: %[[R4_CAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<4x16xf32>
 // CHECK-NEXT: %[[R4_BOTH:.*]] = stablehlo.dot_general %[[R4_CAT]], %[[R4_B]], contracting_dims = [1] x [0] : (tensor<4x16xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
-// CHECK-NEXT: %[[R4_PD:.*]] = stablehlo.slice %[[R4_BOTH]] [0:2, 0:8]
-// CHECK-NEXT: %[[R4_PU:.*]] = stablehlo.slice %[[R4_BOTH]] [2:4, 0:8]
-// CHECK-NEXT: %[[R4_M1:.*]] = "stablehlo.collective_permute"(%[[R4_FIRST]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[R4_BB:.*]] = stablehlo.optimization_barrier %[[R4_BOTH]] : tensor<4x8xf32>
+// CHECK-NEXT: %[[R4_PD:.*]] = stablehlo.slice %[[R4_BB]] [0:2, 0:8]
+// CHECK-NEXT: %[[R4_PU:.*]] = stablehlo.slice %[[R4_BB]] [2:4, 0:8]
 // CHECK-NEXT: %[[R4_DOWN:.*]] = stablehlo.add %[[R4_M1]], %[[R4_PD]]
-// CHECK: %[[R4_OWN:.*]] = stablehlo.dot_general %{{.*}}, %[[R4_B]]
 // CHECK-NEXT: %[[R4_AD:.*]] = "stablehlo.collective_permute"(%[[R4_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK-NEXT: %[[R4_AU:.*]] = "stablehlo.collective_permute"(%[[R4_PU]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4]]> : tensor<8x2xi64>}>
+// CHECK: %[[R4_OWND:.*]] = stablehlo.dot_general %{{.*}}, %[[R4_B]]
+// CHECK-NEXT: %[[R4_OWN:.*]] = stablehlo.optimization_barrier %[[R4_OWND]]
 // CHECK-NEXT: %[[R4_S1:.*]] = stablehlo.add %[[R4_AD]], %[[R4_OWN]]
 // CHECK-NEXT: %[[R4_OUT:.*]] = stablehlo.add %[[R4_AU]], %[[R4_S1]]
 // CHECK-NEXT: return %[[R4_OUT]] : tensor<2x8xf32>
@@ -565,38 +562,50 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// Reduce_scatter, free dim of the rhs, one group of 8: rounds 0 and 1 inline (the
-// up stream starts in round 1), the loop runs rounds 2 and 3 carrying BOTH
-// accumulators: in each, the two permutes read the two carried accumulators while
-// one dot computes the two rhs blocks (concatenated along dim 1). After the loop,
-// the down accumulator goes down and the up one up, onto the own block.
+// Reduce_scatter, free dim of the rhs, one group of 8: rounds 0..2 inline (the up
+// stream starts in round 1 and first receives in round 2), the loop runs round 3
+// carrying BOTH streams' received accumulators and parts: the two permutes read the
+// two sums while one dot computes the two rhs blocks (concatenated along dim 1).
+// After the loop, the last round: the down sum goes down and the up one up, onto
+// the own block.
 // CHECK-LABEL: func.func @rs_free_rhs_8
 // CHECK-SAME: (%[[R8_A:.*]]: tensor<8x16xf32>, %[[R8_B:.*]]: tensor<16x8xf32>)
-// CHECK: %[[R8_FIRST:.*]] = stablehlo.dot_general %[[R8_A]], %{{.*}} -> tensor<8x1xf32>
+// CHECK: %[[R8_D0:.*]] = stablehlo.dot_general %[[R8_A]], %{{.*}} -> tensor<8x1xf32>
+// CHECK-NEXT: %[[R8_FIRST:.*]] = stablehlo.optimization_barrier %[[R8_D0]]
+// CHECK-NEXT: %[[R8_M1:.*]] = "stablehlo.collective_permute"(%[[R8_FIRST]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK: %[[R8_CAT1:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 1 : (tensor<16x1xf32>, tensor<16x1xf32>) -> tensor<16x2xf32>
 // CHECK-NEXT: %[[R8_BOTH1:.*]] = stablehlo.dot_general %[[R8_A]], %[[R8_CAT1]]
-// CHECK-NEXT: %[[R8_PD1:.*]] = stablehlo.slice %[[R8_BOTH1]] [0:8, 0:1]
-// CHECK-NEXT: %[[R8_PU1:.*]] = stablehlo.slice %[[R8_BOTH1]] [0:8, 1:2]
-// CHECK-NEXT: %[[R8_M1:.*]] = "stablehlo.collective_permute"(%[[R8_FIRST]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[R8_B1:.*]] = stablehlo.optimization_barrier %[[R8_BOTH1]]
+// CHECK-NEXT: %[[R8_PD1:.*]] = stablehlo.slice %[[R8_B1]] [0:8, 0:1]
+// CHECK-NEXT: %[[R8_PU1:.*]] = stablehlo.slice %[[R8_B1]] [0:8, 1:2]
 // CHECK-NEXT: %[[R8_D1:.*]] = stablehlo.add %[[R8_M1]], %[[R8_PD1]]
-// CHECK: %[[R8_LOOP:.*]]:6 = stablehlo.while(%[[R8_K:[^ ]+]] = %{{[^ ]+}}, %[[R8_DACC:[^ ]+]] = %[[R8_D1]], %[[R8_UACC:[^ ]+]] = %[[R8_PU1]], %[[R8_LHS:[^ ]+]] = %[[R8_A]], %[[R8_RHS:[^ ]+]] = %[[R8_B]], %{{.*}})
+// CHECK-NEXT: %[[R8_M2:.*]] = "stablehlo.collective_permute"(%[[R8_D1]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
+// CHECK-NEXT: %[[R8_U2:.*]] = "stablehlo.collective_permute"(%[[R8_PU1]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK: %[[R8_B2:.*]] = stablehlo.optimization_barrier %{{.*}} : tensor<8x2xf32>
+// CHECK-NEXT: %[[R8_PD2:.*]] = stablehlo.slice %[[R8_B2]] [0:8, 0:1]
+// CHECK-NEXT: %[[R8_PU2:.*]] = stablehlo.slice %[[R8_B2]] [0:8, 1:2]
+// CHECK-NEXT: %[[R8_LOOP:.*]]:8 = stablehlo.while(%[[R8_K:[^ ]+]] = %{{[^ ]+}}, %[[R8_DRECV:[^ ]+]] = %[[R8_M2]], %[[R8_DPART:[^ ]+]] = %[[R8_PD2]], %[[R8_URECV:[^ ]+]] = %[[R8_U2]], %[[R8_UPART:[^ ]+]] = %[[R8_PU2]], %[[R8_LHS:[^ ]+]] = %[[R8_A]], %[[R8_RHS:[^ ]+]] = %[[R8_B]], %{{.*}})
 // CHECK: cond {
 // CHECK-NEXT: stablehlo.constant dense<4> : tensor<i32>
 // CHECK: } do {
-// CHECK: %[[R8_SD:.*]] = stablehlo.dynamic_slice %[[R8_RHS]], %{{.*}}, %{{.*}}, sizes = [16, 1]
-// CHECK: %[[R8_SU:.*]] = stablehlo.dynamic_slice %[[R8_RHS]], %{{.*}}, %{{.*}}, sizes = [16, 1]
-// CHECK-NEXT: %[[R8_CAT:.*]] = stablehlo.concatenate %[[R8_SD]], %[[R8_SU]], dim = 1 : (tensor<16x1xf32>, tensor<16x1xf32>) -> tensor<16x2xf32>
+// CHECK-NEXT: %[[R8_SD:.*]] = stablehlo.add %[[R8_DRECV]], %[[R8_DPART]]
+// CHECK-NEXT: %[[R8_MD:.*]] = "stablehlo.collective_permute"(%[[R8_SD]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[R8_SU:.*]] = stablehlo.add %[[R8_URECV]], %[[R8_UPART]]
+// CHECK-NEXT: %[[R8_MU:.*]] = "stablehlo.collective_permute"(%[[R8_SU]]) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK: %[[R8_BD:.*]] = stablehlo.dynamic_slice %[[R8_RHS]], %{{.*}}, %{{.*}}, sizes = [16, 1]
+// CHECK: %[[R8_BU:.*]] = stablehlo.dynamic_slice %[[R8_RHS]], %{{.*}}, %{{.*}}, sizes = [16, 1]
+// CHECK-NEXT: %[[R8_CAT:.*]] = stablehlo.concatenate %[[R8_BD]], %[[R8_BU]], dim = 1 : (tensor<16x1xf32>, tensor<16x1xf32>) -> tensor<16x2xf32>
 // CHECK-NEXT: %[[R8_BOTH:.*]] = stablehlo.dot_general %[[R8_LHS]], %[[R8_CAT]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x2xf32>) -> tensor<8x2xf32>
-// CHECK-NEXT: %[[R8_PD:.*]] = stablehlo.slice %[[R8_BOTH]] [0:8, 0:1]
-// CHECK-NEXT: %[[R8_PU:.*]] = stablehlo.slice %[[R8_BOTH]] [0:8, 1:2]
-// CHECK-NEXT: %[[R8_MD:.*]] = "stablehlo.collective_permute"(%[[R8_DACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
-// CHECK-NEXT: %[[R8_ND:.*]] = stablehlo.add %[[R8_MD]], %[[R8_PD]]
-// CHECK-NEXT: %[[R8_MU:.*]] = "stablehlo.collective_permute"(%[[R8_UACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
-// CHECK-NEXT: %[[R8_NU:.*]] = stablehlo.add %[[R8_MU]], %[[R8_PU]]
-// CHECK: stablehlo.return %{{.*}}, %[[R8_ND]], %[[R8_NU]], %[[R8_LHS]], %[[R8_RHS]],
-// CHECK: %[[R8_OWN:.*]] = stablehlo.dot_general %[[R8_A]], %{{.*}} -> tensor<8x1xf32>
-// CHECK-NEXT: %[[R8_AD:.*]] = "stablehlo.collective_permute"(%[[R8_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
-// CHECK-NEXT: %[[R8_AU:.*]] = "stablehlo.collective_permute"(%[[R8_LOOP]]#2) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[R8_BB:.*]] = stablehlo.optimization_barrier %[[R8_BOTH]]
+// CHECK-NEXT: %[[R8_PD:.*]] = stablehlo.slice %[[R8_BB]] [0:8, 0:1]
+// CHECK-NEXT: %[[R8_PU:.*]] = stablehlo.slice %[[R8_BB]] [0:8, 1:2]
+// CHECK: stablehlo.return %{{.*}}, %[[R8_MD]], %[[R8_PD]], %[[R8_MU]], %[[R8_PU]], %[[R8_LHS]], %[[R8_RHS]],
+// CHECK: %[[R8_LD:.*]] = stablehlo.add %[[R8_LOOP]]#1, %[[R8_LOOP]]#2
+// CHECK-NEXT: %[[R8_AD:.*]] = "stablehlo.collective_permute"(%[[R8_LD]]) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[R8_LU:.*]] = stablehlo.add %[[R8_LOOP]]#3, %[[R8_LOOP]]#4
+// CHECK-NEXT: %[[R8_AU:.*]] = "stablehlo.collective_permute"(%[[R8_LU]]) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK: %[[R8_OWND:.*]] = stablehlo.dot_general %[[R8_A]], %{{.*}} -> tensor<8x1xf32>
+// CHECK-NEXT: %[[R8_OWN:.*]] = stablehlo.optimization_barrier %[[R8_OWND]]
 // CHECK-NEXT: %[[R8_S1:.*]] = stablehlo.add %[[R8_AD]], %[[R8_OWN]]
 // CHECK-NEXT: %[[R8_OUT:.*]] = stablehlo.add %[[R8_AU]], %[[R8_S1]]
 // CHECK-NEXT: return %[[R8_OUT]] : tensor<8x1xf32>
@@ -621,10 +630,10 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-SAME: (%[[RB4_A:.*]]: tensor<4x8x16xf32>, %[[RB4_B:.*]]: tensor<4x16x8xf32>)
 // CHECK-NOT: stablehlo.while
 // CHECK: stablehlo.constant dense<[0, 0, 1, 1, 2, 2, 3, 3]> : tensor<8xi32>
+// CHECK: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
 // CHECK: %[[RB4_ACAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x8x16xf32>, tensor<1x8x16xf32>) -> tensor<2x8x16xf32>
 // CHECK: %[[RB4_BCAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x16x8xf32>, tensor<1x16x8xf32>) -> tensor<2x16x8xf32>
 // CHECK-NEXT: stablehlo.dot_general %[[RB4_ACAT]], %[[RB4_BCAT]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x16xf32>, tensor<2x16x8xf32>) -> tensor<2x8x8xf32>
-// CHECK: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
 // CHECK: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
 // CHECK-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 2], [2, 4], [4, 6], [6, 0], [1, 3], [3, 5], [5, 7], [7, 1]]>
 // CHECK: return %{{.*}} : tensor<1x8x8xf32>
@@ -643,18 +652,22 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// Reduce_scatter, batch dim, one group of 8: the loop carries both accumulators and
-// slices both operands twice per round.
+// Reduce_scatter, batch dim, one group of 8: the loop carries both streams' received
+// accumulators and parts, and slices both operands twice per round.
 // CHECK-LABEL: func.func @rs_batch_8
-// CHECK: %[[RB8_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[RB8_DACC:[^ ]+]] = %{{[^ ]+}}, %[[RB8_UACC:[^ ]+]] = %{{[^ ]+}}, %[[RB8_LHS:[^ ]+]] = %arg0, %[[RB8_RHS:[^ ]+]] = %arg1,
+// CHECK: %[[RB8_LOOP:.*]]:8 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[RB8_DRECV:[^ ]+]] = %{{[^ ]+}}, %[[RB8_DPART:[^ ]+]] = %{{[^ ]+}}, %[[RB8_URECV:[^ ]+]] = %{{[^ ]+}}, %[[RB8_UPART:[^ ]+]] = %{{[^ ]+}}, %[[RB8_LHS:[^ ]+]] = %arg0, %[[RB8_RHS:[^ ]+]] = %arg1,
 // CHECK: } do {
+// CHECK-NEXT: %[[RB8_SD:.*]] = stablehlo.add %[[RB8_DRECV]], %[[RB8_DPART]]
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[RB8_SD]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
+// CHECK-NEXT: %[[RB8_SU:.*]] = stablehlo.add %[[RB8_URECV]], %[[RB8_UPART]]
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[RB8_SU]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]>
 // CHECK: stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x8x16xf32>, tensor<1x8x16xf32>) -> tensor<2x8x16xf32>
 // CHECK: stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x16x8xf32>, tensor<1x16x8xf32>) -> tensor<2x16x8xf32>
-// CHECK: "stablehlo.collective_permute"(%[[RB8_DACC]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
-// CHECK: "stablehlo.collective_permute"(%[[RB8_UACC]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]>
 // CHECK: stablehlo.return
-// CHECK: "stablehlo.collective_permute"(%[[RB8_LOOP]]#1)
-// CHECK: "stablehlo.collective_permute"(%[[RB8_LOOP]]#2)
+// CHECK: %[[RB8_LD:.*]] = stablehlo.add %[[RB8_LOOP]]#1, %[[RB8_LOOP]]#2
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[RB8_LD]])
+// CHECK-NEXT: %[[RB8_LU:.*]] = stablehlo.add %[[RB8_LOOP]]#3, %[[RB8_LOOP]]#4
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[RB8_LU]])
 // CHECK: return %{{.*}} : tensor<1x8x8xf32>
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @rs_batch_8(%arg0: tensor<8x8x16xf32>, %arg1: tensor<8x16x8xf32>) -> tensor<1x8x8xf32> {
@@ -698,11 +711,13 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NOT: stablehlo.while
 // CHECK: %[[RO_CAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<4x16xf32>
 // CHECK-NEXT: %[[RO_BOTH:.*]] = stablehlo.dot_general %[[RO_CAT]], %arg1
-// CHECK-NEXT: %[[RO_PD:.*]] = stablehlo.slice %[[RO_BOTH]] [0:2, 0:8]
-// CHECK-NEXT: %[[RO_PU:.*]] = stablehlo.slice %[[RO_BOTH]] [2:4, 0:8]
-// CHECK: %[[RO_OWN:.*]] = stablehlo.dot_general
+// CHECK-NEXT: %[[RO_BB:.*]] = stablehlo.optimization_barrier %[[RO_BOTH]]
+// CHECK-NEXT: %[[RO_PD:.*]] = stablehlo.slice %[[RO_BB]] [0:2, 0:8]
+// CHECK-NEXT: %[[RO_PU:.*]] = stablehlo.slice %[[RO_BB]] [2:4, 0:8]
 // CHECK-NEXT: %[[RO_AD:.*]] = "stablehlo.collective_permute"(%[[RO_PD]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 2], [1, 0], [2, 1], [3, 5], [4, 3], [5, 4]]> : tensor<6x2xi64>}>
 // CHECK-NEXT: %[[RO_AU:.*]] = "stablehlo.collective_permute"(%[[RO_PU]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 0], [3, 4], [4, 5], [5, 3]]> : tensor<6x2xi64>}>
+// CHECK: %[[RO_OWND:.*]] = stablehlo.dot_general
+// CHECK-NEXT: %[[RO_OWN:.*]] = stablehlo.optimization_barrier %[[RO_OWND]]
 // CHECK-NEXT: %[[RO_S1:.*]] = stablehlo.add %[[RO_AD]], %[[RO_OWN]]
 // CHECK-NEXT: %[[RO_OUT:.*]] = stablehlo.add %[[RO_AU]], %[[RO_S1]]
 // CHECK-NEXT: return %[[RO_OUT]] : tensor<2x8xf32>

@@ -163,8 +163,11 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // reduce_scatter side: the ring is built at the collective, where every device that
 // ran the reduce_scatter runs it, here inside a scan-like loop (its dot outside).
 // CHECK-LABEL: func.func @scatter_in_loop
-// CHECK: stablehlo.dot_general
+// CHECK: stablehlo.while
+// CHECK: } do {
 // CHECK-NOT: stablehlo.collective_permute
+// CHECK: stablehlo.dot_general
+// CHECK: "stablehlo.collective_permute"
 // CHECK: stablehlo.while
 // CHECK: } do {
 // CHECK: "stablehlo.collective_permute"

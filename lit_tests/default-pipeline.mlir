@@ -6,10 +6,11 @@
 // canonicalize, cse) on a sequence-parallel MLP as jax.shard_map emits it over a
 // 4x2 mesh (tensor axis "x"): all_gather(x) -> dot(w1) -> tanh -> dot(w2) ->
 // reduce_scatter. Both collectives become collective_permute rings: the gather's
-// round 0 and first permute before its loop, the scatter's round 0 before its loop
-// and every later round (the last one included) inside it. The three permutes get
-// distinct fresh channels 2..4 (JAX gave both collectives channel 1), and cse leaves
-// one ring position computation for the two rings.
+// round 0 and first permute before its loop, the scatter's rounds 0 and 1 (its
+// first permute) before its loop and every later round (the last one included)
+// inside it, the last sum after it. The four permutes get distinct fresh channels
+// 2..5 (JAX gave both collectives channel 1), and cse leaves one ring position
+// computation for the two rings.
 // CHECK-LABEL: func.func public @main
 // CHECK: sdy.manual_computation(%arg0, %arg1, %arg2) {{.*}} manual_axes={"x", "y"} (%[[X:.*]]: tensor<16x32xf32>, %[[W1:.*]]: tensor<32x16xf32>, %[[W2:.*]]: tensor<16x32xf32>) {
 // CHECK-NOT: stablehlo.all_gather
@@ -31,16 +32,22 @@
 // CHECK-NEXT: %[[T:.*]] = stablehlo.tanh %[[H]] : tensor<64x16xf32>
 // CHECK-NOT: stablehlo.partition_id
 // CHECK: %[[RS_S0:.*]] = stablehlo.dynamic_slice %[[T]], %{{.*}}, %{{.*}}, sizes = [16, 16]
-// CHECK-NEXT: %[[FIRST:.*]] = stablehlo.dot_general %[[RS_S0]], %[[W2]], contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<16x16xf32>, tensor<16x32xf32>) -> tensor<16x32xf32>
-// CHECK-NEXT: %[[RS:.*]]:5 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[RS_ACC:[^ ]+]] = %[[FIRST]], %[[RS_T:[^ ]+]] = %[[T]], %[[RS_W:[^ ]+]] = %[[W2]], %{{.*}})
+// CHECK-NEXT: %[[RS_D0:.*]] = stablehlo.dot_general %[[RS_S0]], %[[W2]], contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<16x16xf32>, tensor<16x32xf32>) -> tensor<16x32xf32>
+// CHECK-NEXT: %[[RS_P0:.*]] = stablehlo.optimization_barrier %[[RS_D0]]
+// CHECK-NEXT: %[[RS_R1:.*]] = "stablehlo.collective_permute"(%[[RS_P0]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]> : tensor<8x2xi64>}>
+// CHECK: %[[RS_D1:.*]] = stablehlo.dot_general %{{[^ ]+}}, %[[W2]]
+// CHECK-NEXT: %[[RS_P1:.*]] = stablehlo.optimization_barrier %[[RS_D1]]
+// CHECK-NEXT: %[[RS:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[RS_RECV:[^ ]+]] = %[[RS_R1]], %[[RS_PART:[^ ]+]] = %[[RS_P1]], %[[RS_T:[^ ]+]] = %[[T]], %[[RS_W:[^ ]+]] = %[[W2]], %{{.*}})
 // CHECK: } do {
+// CHECK-NEXT: %[[RS_SUM:.*]] = stablehlo.add %[[RS_RECV]], %[[RS_PART]] : tensor<16x32xf32>
+// CHECK-NEXT: %[[RS_MOVED:.*]] = "stablehlo.collective_permute"(%[[RS_SUM]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]> : tensor<8x2xi64>}>
 // CHECK: %[[RS_SLICE:.*]] = stablehlo.dynamic_slice %[[RS_T]], %{{.*}}, %{{.*}}, sizes = [16, 16]
-// CHECK-NEXT: %[[RS_PART:.*]] = stablehlo.dot_general %[[RS_SLICE]], %[[RS_W]]
-// CHECK-NEXT: %[[RS_MOVED:.*]] = "stablehlo.collective_permute"(%[[RS_ACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]> : tensor<8x2xi64>}>
-// CHECK-NEXT: %[[RS_SUM:.*]] = stablehlo.add %[[RS_MOVED]], %[[RS_PART]] : tensor<16x32xf32>
-// CHECK: stablehlo.return %{{.*}}, %[[RS_SUM]],
+// CHECK-NEXT: %[[RS_D:.*]] = stablehlo.dot_general %[[RS_SLICE]], %[[RS_W]]
+// CHECK-NEXT: %[[RS_NEXT:.*]] = stablehlo.optimization_barrier %[[RS_D]]
+// CHECK: stablehlo.return %{{.*}}, %[[RS_MOVED]], %[[RS_NEXT]],
 // CHECK-NEXT: }
-// CHECK-NEXT: sdy.return %[[RS]]#1 : tensor<16x32xf32>
+// CHECK-NEXT: %[[RS_OUT:.*]] = stablehlo.add %[[RS]]#1, %[[RS]]#2 : tensor<16x32xf32>
+// CHECK-NEXT: sdy.return %[[RS_OUT]] : tensor<16x32xf32>
 // CHECK-NOT: stablehlo.all_gather
 // CHECK-NOT: stablehlo.reduce_scatter
 // CHECK: return

@@ -2,19 +2,20 @@
 // RUN: overlap-opt %s --threshold-mib=0 --bidirectional --unroll=2 --split-input-file | FileCheck %s --check-prefix=FLAG
 
 // bidirectional=true together with unroll=2: each loop iteration runs two
-// bidirectional rounds (two permutes, one down and one up, and one dot over the
-// concatenated pair, per round), the induction variable steps by 2, and the round
-// left over runs inline after the loop, still bidirectional. An all_gather ring
-// over an even group runs the round before the last after the loop in any case:
-// it multiplies both shards but sends only the down one on. The FLAG prefix checks
-// the same through the command-line flags and the default pipeline.
+// bidirectional rounds (two permutes, one down and one up, per round; the gather
+// ring multiplies each stream's shard in a dot of its own, the scatter ring both lhs
+// blocks in one dot), the induction variable steps by 2, and the round left over
+// runs inline after the loop, still bidirectional. An all_gather ring over an even
+// group runs the round before the last after the loop in any case: it multiplies
+// both shards but sends only the down one on. The FLAG prefix checks the same
+// through the command-line flags and the default pipeline.
 
 // All_gather over one group of 8: rounds 1 and 2 are the uniform bidirectional
 // rounds and form exactly one loop iteration (stop 3, step 2): no round is left
-// over from the unroll. Round 3, the round before the last, runs after the loop: one
-// dot over the loop's two carried shards, and only the down shard is sent on (block
-// p + 4 is reached by the down stream). The last round (block p + 4) multiplies that
-// shard. 7 permutes: 4 down, 3 up.
+// over from the unroll. Round 3, the round before the last, runs after the loop: a
+// dot for each of the loop's two carried shards, and only the down shard is sent on
+// (block p + 4 is reached by the down stream). The last round (block p + 4)
+// multiplies that shard. 7 permutes: 4 down, 3 up.
 // CHECK-LABEL: func.func @gather
 // CHECK-SAME: (%[[G_X:.*]]: tensor<1x16xf32>, %[[G_W:.*]]: tensor<16x8xf32>)
 // CHECK-NOT: stablehlo.all_gather
@@ -27,14 +28,14 @@
 // CHECK: } do {
 // CHECK-NEXT: %[[G_D1:.*]] = "stablehlo.collective_permute"(%[[G_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK-NEXT: %[[G_U1:.*]] = "stablehlo.collective_permute"(%[[G_UP]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
-// CHECK: %[[G_CAT1:.*]] = stablehlo.concatenate %[[G_DOWN]], %[[G_UP]], dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
-// CHECK-NEXT: stablehlo.dot_general %[[G_CAT1]], %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK: stablehlo.dot_general %[[G_DOWN]], %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
+// CHECK: stablehlo.dot_general %[[G_UP]], %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
 // CHECK: %[[G_K1:.*]] = stablehlo.add %[[G_K]], %{{[^ ]+}} : tensor<i32>
 // CHECK-NEXT: %[[G_D2:.*]] = "stablehlo.collective_permute"(%[[G_D1]]) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK-NEXT: %[[G_U2:.*]] = "stablehlo.collective_permute"(%[[G_U1]]) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK: stablehlo.dot_general %[[G_D1]], %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
 // CHECK: stablehlo.subtract %{{.*}}, %[[G_K1]] : tensor<i32>
-// CHECK: %[[G_CAT2:.*]] = stablehlo.concatenate %[[G_D1]], %[[G_U1]], dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
-// CHECK-NEXT: stablehlo.dot_general %[[G_CAT2]], %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK: stablehlo.dot_general %[[G_U1]], %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[G_STEP:.*]] = stablehlo.constant dense<2> : tensor<i32>
 // CHECK-NEXT: %[[G_NEXT:.*]] = stablehlo.add %[[G_K]], %[[G_STEP]] : tensor<i32>
@@ -42,10 +43,10 @@
 // CHECK-NEXT: }
 // CHECK-NEXT: %[[G_D3:.*]] = "stablehlo.collective_permute"(%[[G_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: %[[G_CAT3:.*]] = stablehlo.concatenate %[[G_LOOP]]#1, %[[G_LOOP]]#2, dim = 0
-// CHECK-NEXT: stablehlo.dot_general %[[G_CAT3]], %[[G_W]]
+// CHECK: stablehlo.dot_general %[[G_LOOP]]#1, %[[G_W]]
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK-NOT: stablehlo.concatenate
+// CHECK: stablehlo.dot_general %[[G_LOOP]]#2, %[[G_W]]
+// CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[G_FOUR:.*]] = stablehlo.constant dense<4> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[G_POS]], %[[G_FOUR]] : tensor<i32>
 // CHECK: stablehlo.dot_general %[[G_D3]], %[[G_W]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
@@ -56,10 +57,12 @@
 // FLAG: } do {
 // FLAG-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0]
 // FLAG-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2]
-// FLAG: stablehlo.concatenate
+// FLAG: stablehlo.dot_general
+// FLAG: stablehlo.dot_general
 // FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0]
 // FLAG-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2]
-// FLAG: stablehlo.concatenate
+// FLAG: stablehlo.dot_general
+// FLAG: stablehlo.dot_general
 // FLAG: stablehlo.return
 // FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0]
 // FLAG-NOT: "stablehlo.collective_permute"
@@ -77,8 +80,8 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // All_gather over one group of 10: rounds 1..3 are the uniform bidirectional
 // rounds: rounds 1 and 2 form one loop iteration (stop 3, step 2), and round 3,
 // left over from the unroll, runs inline after the loop, still bidirectional: it
-// sends both of the loop's shards on (handles 8 and 9) and multiplies them in one
-// dot (blocks p + 3 and p + 7). Round 4, the round before the last, multiplies
+// sends both of the loop's shards on (handles 8 and 9) and multiplies them (blocks
+// p + 3 and p + 7). Round 4, the round before the last, multiplies
 // round 3's two shards (blocks p + 4 and p + 6) and sends only the down one on
 // (handle 10); the last round (block p + 5) multiplies that shard. 9 permutes: 5
 // down, 4 up.
@@ -95,11 +98,13 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: %[[G10_D1:.*]] = "stablehlo.collective_permute"(%[[G10_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 9], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8]]> : tensor<10x2xi64>}>
 // CHECK-NEXT: %[[G10_U1:.*]] = "stablehlo.collective_permute"(%[[G10_UP]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 0]]> : tensor<10x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: stablehlo.concatenate %[[G10_DOWN]], %[[G10_UP]], dim = 0
+// CHECK: stablehlo.dot_general %[[G10_DOWN]],
+// CHECK: stablehlo.dot_general %[[G10_UP]],
 // CHECK: %[[G10_D2:.*]] = "stablehlo.collective_permute"(%[[G10_D1]]) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 9], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8]]> : tensor<10x2xi64>}>
 // CHECK-NEXT: %[[G10_U2:.*]] = "stablehlo.collective_permute"(%[[G10_U1]]) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 0]]> : tensor<10x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: stablehlo.concatenate %[[G10_D1]], %[[G10_U1]], dim = 0
+// CHECK: stablehlo.dot_general %[[G10_D1]],
+// CHECK: stablehlo.dot_general %[[G10_U1]],
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: stablehlo.return %{{[^ ]+}}, %[[G10_D2]], %[[G10_U2]],
 // CHECK-NEXT: }
@@ -108,21 +113,19 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[G10_C3:.*]] = stablehlo.constant dense<3> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[G10_POS]], %[[G10_C3]] : tensor<i32>
+// CHECK: stablehlo.dot_general %[[G10_LOOP]]#1, %[[G10_W]]
 // CHECK: %[[G10_C7:.*]] = stablehlo.constant dense<7> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[G10_POS]], %[[G10_C7]] : tensor<i32>
-// CHECK: %[[G10_CAT3:.*]] = stablehlo.concatenate %[[G10_LOOP]]#1, %[[G10_LOOP]]#2, dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
-// CHECK-NEXT: stablehlo.dot_general %[[G10_CAT3]], %[[G10_W]]
-// CHECK-NOT: stablehlo.concatenate
+// CHECK: stablehlo.dot_general %[[G10_LOOP]]#2, %[[G10_W]]
 // CHECK: %[[G10_D4:.*]] = "stablehlo.collective_permute"(%[[G10_D3]]) <{channel_handle = #stablehlo.channel_handle<handle = 10, type = 1>, source_target_pairs = dense<{{\[}}[0, 9], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8]]> : tensor<10x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[G10_C4:.*]] = stablehlo.constant dense<4> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[G10_POS]], %[[G10_C4]] : tensor<i32>
+// CHECK: stablehlo.dot_general %[[G10_D3]], %[[G10_W]]
 // CHECK: %[[G10_C6:.*]] = stablehlo.constant dense<6> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[G10_POS]], %[[G10_C6]] : tensor<i32>
-// CHECK: %[[G10_CAT4:.*]] = stablehlo.concatenate %[[G10_D3]], %[[G10_U3]], dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
-// CHECK-NEXT: stablehlo.dot_general %[[G10_CAT4]], %[[G10_W]]
+// CHECK: stablehlo.dot_general %[[G10_U3]], %[[G10_W]]
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK-NOT: stablehlo.concatenate
 // CHECK: %[[G10_C5:.*]] = stablehlo.constant dense<5> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[G10_POS]], %[[G10_C5]] : tensor<i32>
 // CHECK: stablehlo.dot_general %[[G10_D4]], %[[G10_W]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
@@ -147,42 +150,50 @@ module attributes {mhlo.num_partitions = 10 : i32, mhlo.num_replicas = 1 : i32} 
 
 // -----
 
-// Reduce_scatter over one group of 8: rounds 0 and 1 inline (the up accumulator
-// starts in round 1), rounds 2 and 3 form one loop iteration (stop 4, step 2): each
-// round multiplies its two lhs blocks in one dot and shifts the down accumulator
-// down and the up one up; round 3 shifts what round 2 produced. Then the own block
-// and one last shift of each accumulator.
+// Reduce_scatter over one group of 10 (5 rounds down, 4 up, then the own block):
+// rounds 0..2 inline (the up accumulator starts in round 1, and round 2 is the first
+// to add a received accumulator of each stream), rounds 3 and 4 form one loop
+// iteration (stop 5, step 2): each round adds both received accumulators to the
+// previous round's parts, shifts the down sum down and the up one up, then
+// multiplies its two lhs blocks in one dot (through one optimization_barrier) and
+// slices it into the next parts; round 4 shifts what round 3 summed. Then the last
+// round: both streams' last shifts, the own block, and the two sums.
 // CHECK-LABEL: func.func @scatter
-// CHECK-SAME: (%[[S_A:.*]]: tensor<8x16xf32>, %[[S_B:.*]]: tensor<16x8xf32>)
-// CHECK: %[[S_LOOP:.*]]:6 = stablehlo.while(%[[S_K:[^ ]+]] = %{{[^ ]+}}, %[[S_DACC:[^ ]+]] = %{{[^ ]+}}, %[[S_UACC:[^ ]+]] = %{{[^ ]+}}, %[[S_LHS:[^ ]+]] = %[[S_A]], %[[S_RHS:[^ ]+]] = %[[S_B]], %{{.*}})
+// CHECK-SAME: (%[[S_A:.*]]: tensor<10x16xf32>, %[[S_B:.*]]: tensor<16x8xf32>)
+// CHECK: %[[S_LOOP:.*]]:8 = stablehlo.while(%[[S_K:[^ ]+]] = %{{[^ ]+}}, %[[S_DRECV:[^ ]+]] = %{{[^ ]+}}, %[[S_DPART:[^ ]+]] = %{{[^ ]+}}, %[[S_URECV:[^ ]+]] = %{{[^ ]+}}, %[[S_UPART:[^ ]+]] = %{{[^ ]+}}, %[[S_LHS:[^ ]+]] = %[[S_A]], %[[S_RHS:[^ ]+]] = %[[S_B]], %{{.*}})
 // CHECK: cond {
-// CHECK-NEXT: stablehlo.constant dense<4> : tensor<i32>
+// CHECK-NEXT: stablehlo.constant dense<5> : tensor<i32>
 // CHECK: } do {
+// CHECK-NEXT: %[[S_D1:.*]] = stablehlo.add %[[S_DRECV]], %[[S_DPART]]
+// CHECK-NEXT: %[[S_MD1:.*]] = "stablehlo.collective_permute"(%[[S_D1]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 9], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8]]> : tensor<10x2xi64>}>
+// CHECK-NEXT: %[[S_U1:.*]] = stablehlo.add %[[S_URECV]], %[[S_UPART]]
+// CHECK-NEXT: %[[S_MU1:.*]] = "stablehlo.collective_permute"(%[[S_U1]]) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 0]]> : tensor<10x2xi64>}>
 // CHECK: %[[S_CAT1:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
 // CHECK-NEXT: %[[S_P1:.*]] = stablehlo.dot_general %[[S_CAT1]], %[[S_RHS]]
-// CHECK-NEXT: %[[S_PD1:.*]] = stablehlo.slice %[[S_P1]] [0:1, 0:8]
-// CHECK-NEXT: %[[S_PU1:.*]] = stablehlo.slice %[[S_P1]] [1:2, 0:8]
-// CHECK-NEXT: %[[S_MD1:.*]] = "stablehlo.collective_permute"(%[[S_DACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
-// CHECK-NEXT: %[[S_D1:.*]] = stablehlo.add %[[S_MD1]], %[[S_PD1]]
-// CHECK-NEXT: %[[S_MU1:.*]] = "stablehlo.collective_permute"(%[[S_UACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
-// CHECK-NEXT: %[[S_U1:.*]] = stablehlo.add %[[S_MU1]], %[[S_PU1]]
-// CHECK: %[[S_K1:.*]] = stablehlo.add %[[S_K]], %{{[^ ]+}}
+// CHECK-NEXT: %[[S_B1:.*]] = stablehlo.optimization_barrier %[[S_P1]]
+// CHECK-NEXT: %[[S_PD1:.*]] = stablehlo.slice %[[S_B1]] [0:1, 0:8]
+// CHECK-NEXT: %[[S_PU1:.*]] = stablehlo.slice %[[S_B1]] [1:2, 0:8]
+// CHECK-NEXT: %[[S_K1:.*]] = stablehlo.add %[[S_K]], %{{[^ ]+}}
+// CHECK-NEXT: %[[S_D2:.*]] = stablehlo.add %[[S_MD1]], %[[S_PD1]]
+// CHECK-NEXT: %[[S_MD2:.*]] = "stablehlo.collective_permute"(%[[S_D2]]) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>
+// CHECK-NEXT: %[[S_U2:.*]] = stablehlo.add %[[S_MU1]], %[[S_PU1]]
+// CHECK-NEXT: %[[S_MU2:.*]] = "stablehlo.collective_permute"(%[[S_U2]]) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>
 // CHECK: %[[S_CAT2:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
 // CHECK-NEXT: %[[S_P2:.*]] = stablehlo.dot_general %[[S_CAT2]], %[[S_RHS]]
-// CHECK-NEXT: %[[S_PD2:.*]] = stablehlo.slice %[[S_P2]] [0:1, 0:8]
-// CHECK-NEXT: %[[S_PU2:.*]] = stablehlo.slice %[[S_P2]] [1:2, 0:8]
-// CHECK-NEXT: %[[S_MD2:.*]] = "stablehlo.collective_permute"(%[[S_D1]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
-// CHECK-NEXT: %[[S_D2:.*]] = stablehlo.add %[[S_MD2]], %[[S_PD2]]
-// CHECK-NEXT: %[[S_MU2:.*]] = "stablehlo.collective_permute"(%[[S_U1]]) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
-// CHECK-NEXT: %[[S_U2:.*]] = stablehlo.add %[[S_MU2]], %[[S_PU2]]
+// CHECK-NEXT: %[[S_B2:.*]] = stablehlo.optimization_barrier %[[S_P2]]
+// CHECK-NEXT: %[[S_PD2:.*]] = stablehlo.slice %[[S_B2]] [0:1, 0:8]
+// CHECK-NEXT: %[[S_PU2:.*]] = stablehlo.slice %[[S_B2]] [1:2, 0:8]
 // CHECK-NEXT: %[[S_STEP:.*]] = stablehlo.constant dense<2> : tensor<i32>
 // CHECK-NEXT: %[[S_NEXT:.*]] = stablehlo.add %[[S_K]], %[[S_STEP]]
-// CHECK-NEXT: stablehlo.return %[[S_NEXT]], %[[S_D2]], %[[S_U2]], %[[S_LHS]], %[[S_RHS]],
+// CHECK-NEXT: stablehlo.return %[[S_NEXT]], %[[S_MD2]], %[[S_PD2]], %[[S_MU2]], %[[S_PU2]], %[[S_LHS]], %[[S_RHS]],
 // CHECK-NEXT: }
+// CHECK-NEXT: %[[S_DL:.*]] = stablehlo.add %[[S_LOOP]]#1, %[[S_LOOP]]#2
+// CHECK-NEXT: %[[S_AD:.*]] = "stablehlo.collective_permute"(%[[S_DL]]) <{channel_handle = #stablehlo.channel_handle<handle = 9, type = 1>
+// CHECK-NEXT: %[[S_UL:.*]] = stablehlo.add %[[S_LOOP]]#3, %[[S_LOOP]]#4
+// CHECK-NEXT: %[[S_AU:.*]] = "stablehlo.collective_permute"(%[[S_UL]]) <{channel_handle = #stablehlo.channel_handle<handle = 10, type = 1>
 // CHECK-NOT: stablehlo.concatenate
-// CHECK: %[[S_OWN:.*]] = stablehlo.dot_general
-// CHECK-NEXT: %[[S_AD:.*]] = "stablehlo.collective_permute"(%[[S_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>
-// CHECK-NEXT: %[[S_AU:.*]] = "stablehlo.collective_permute"(%[[S_LOOP]]#2) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>
+// CHECK: %[[S_OWND:.*]] = stablehlo.dot_general
+// CHECK-NEXT: %[[S_OWN:.*]] = stablehlo.optimization_barrier %[[S_OWND]]
 // CHECK-NEXT: %[[S_SUM:.*]] = stablehlo.add %[[S_AD]], %[[S_OWN]]
 // CHECK-NEXT: %[[S_OUT:.*]] = stablehlo.add %[[S_AU]], %[[S_SUM]]
 // CHECK-NEXT: return %[[S_OUT]] : tensor<1x8xf32>
@@ -190,21 +201,21 @@ module attributes {mhlo.num_partitions = 10 : i32, mhlo.num_replicas = 1 : i32} 
 // FLAG-LABEL: func.func @scatter
 // FLAG: stablehlo.while
 // FLAG: } do {
-// FLAG: stablehlo.concatenate
-// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0]
+// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 9], [1, 0]
 // FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2]
 // FLAG: stablehlo.concatenate
-// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0]
+// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 9], [1, 0]
 // FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2]
+// FLAG: stablehlo.concatenate
 // FLAG: stablehlo.return
-module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
-  func.func @scatter(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<1x8xf32> {
-    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
-    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+module attributes {mhlo.num_partitions = 10 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @scatter(%arg0: tensor<10x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<1x8xf32> {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<10x16xf32>, tensor<16x8xf32>) -> tensor<10x8xf32>
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]]> : tensor<1x10xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
     ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
       %2 = stablehlo.add %arg2, %arg3 : tensor<f32>
       stablehlo.return %2 : tensor<f32>
-    }) : (tensor<8x8xf32>) -> tensor<1x8xf32>
+    }) : (tensor<10x8xf32>) -> tensor<1x8xf32>
     return %1 : tensor<1x8xf32>
   }
 }

@@ -2,16 +2,18 @@
 // RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
 // RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file | FileCheck %s --check-prefix=GONE
 
-// Scatter dim 0 comes from a free dim of the lhs; 2 contiguous groups of 4. Round 0
-// is peeled before the loop: this device's block (p + 1) mod 4 of the product (lhs
-// rows sliced), without a permute. The loop runs rounds 1..3 (it starts at 1 and
-// stops at 4): each computes block (p + k + 1) mod 4 from the loop-invariant
-// operands while the permute moves the carried accumulator (a block argument),
-// then adds the two. The last round (k = 3, the device's own block p plus the
-// arrived accumulator) runs inside the loop, so the function returns the loop's
-// accumulator directly: nothing is computed or permuted after the loop. The full
-// 8x8 product is never built (GONE prefix). (Where the i32 constants of the index
-// arithmetic are placed is not checked.)
+// Scatter dim 0 comes from a free dim of the lhs; 2 contiguous groups of 4. The
+// ring is pipelined: round 0 computes this device's block (p + 1) mod 4 of the
+// product (lhs rows sliced) without a permute; round 1 sends it (the accumulator
+// starts as that block) and computes block (p + 2) mod 4. The loop runs rounds 2..3
+// (it starts at 2 and stops at 4), carrying the received accumulator and the
+// previous round's part: each iteration adds them, sends the sum, then computes its
+// own part from the loop-invariant operands, so the permute neither feeds nor reads
+// the iteration's dot. Every part goes through an optimization_barrier, so that the
+// compiler cannot fuse the dot with the add that reads a permute. The last round
+// (k = 3, the own block p) runs inside the loop; after it, the received accumulator
+// and the own part are added. The full 8x8 product is never built (GONE prefix).
+// (Where the i32 constants of the index arithmetic are placed is not checked.)
 // CHECK-LABEL: func.func @free_lhs
 // CHECK-SAME: (%[[RL_A:.*]]: tensor<8x16xf32>, %[[RL_B:.*]]: tensor<16x8xf32>)
 // CHECK: %[[RL_PID:.*]] = stablehlo.partition_id
@@ -25,25 +27,32 @@
 // CHECK: %[[RL_M0:.*]] = stablehlo.remainder %[[RL_J0]], %{{[^ ]+}}
 // CHECK: %[[RL_OFF0:.*]] = stablehlo.multiply %[[RL_M0]], %{{[^ ]+}}
 // CHECK: %[[RL_S0:.*]] = stablehlo.dynamic_slice %[[RL_A]], %[[RL_OFF0]], %{{[^ ]+}}, sizes = [2, 16] : (tensor<8x16xf32>, tensor<i32>, tensor<i32>) -> tensor<2x16xf32>
-// CHECK-NEXT: %[[RL_FIRST:.*]] = stablehlo.dot_general %[[RL_S0]], %[[RL_B]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[RL_D0:.*]] = stablehlo.dot_general %[[RL_S0]], %[[RL_B]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[RL_P0:.*]] = stablehlo.optimization_barrier %[[RL_D0]] : tensor<2x8xf32>
+// CHECK-NEXT: %[[RL_R1:.*]] = "stablehlo.collective_permute"(%[[RL_P0]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}> : (tensor<2x8xf32>) -> tensor<2x8xf32>
+// CHECK: %[[RL_S1:.*]] = stablehlo.dynamic_slice %[[RL_A]], %{{[^ ]+}}, %{{[^ ]+}}, sizes = [2, 16]
+// CHECK-NEXT: %[[RL_D1:.*]] = stablehlo.dot_general %[[RL_S1]], %[[RL_B]]
+// CHECK-NEXT: %[[RL_P1:.*]] = stablehlo.optimization_barrier %[[RL_D1]] : tensor<2x8xf32>
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: %[[RL_LOOP:.*]]:5 = stablehlo.while(%[[RL_K:[^ ]+]] = %[[RL_ONE]], %[[RL_ACC:[^ ]+]] = %[[RL_FIRST]], %[[RL_LHS:[^ ]+]] = %[[RL_A]], %[[RL_RHS:[^ ]+]] = %[[RL_B]], %[[RL_P:[^ ]+]] = %[[RL_POS]])
+// CHECK: %[[RL_LOOP:.*]]:6 = stablehlo.while(%[[RL_K:[^ ]+]] = %{{[^ ]+}}, %[[RL_RECV:[^ ]+]] = %[[RL_R1]], %[[RL_PART:[^ ]+]] = %[[RL_P1]], %[[RL_LHS:[^ ]+]] = %[[RL_A]], %[[RL_RHS:[^ ]+]] = %[[RL_B]], %[[RL_P:[^ ]+]] = %[[RL_POS]])
 // CHECK: cond {
 // CHECK-NEXT: %[[RL_STOP:.*]] = stablehlo.constant dense<4> : tensor<i32>
 // CHECK-NEXT: stablehlo.compare LT, %[[RL_K]], %[[RL_STOP]], SIGNED
 // CHECK: } do {
+// CHECK-NEXT: %[[RL_SUM:.*]] = stablehlo.add %[[RL_RECV]], %[[RL_PART]] : tensor<2x8xf32>
+// CHECK-NEXT: %[[RL_MOVED:.*]] = "stablehlo.collective_permute"(%[[RL_SUM]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}> : (tensor<2x8xf32>) -> tensor<2x8xf32>
 // CHECK-NEXT: %[[RL_JK:.*]] = stablehlo.add %[[RL_P]], %[[RL_K]]
 // CHECK: %[[RL_J:.*]] = stablehlo.add %[[RL_JK]], %{{[^ ]+}}
 // CHECK: %[[RL_M:.*]] = stablehlo.remainder %[[RL_J]], %{{[^ ]+}}
 // CHECK: %[[RL_OFF:.*]] = stablehlo.multiply %[[RL_M]], %{{[^ ]+}}
 // CHECK: %[[RL_SLICE:.*]] = stablehlo.dynamic_slice %[[RL_LHS]], %[[RL_OFF]], %{{[^ ]+}}, sizes = [2, 16]
-// CHECK-NEXT: %[[RL_PART:.*]] = stablehlo.dot_general %[[RL_SLICE]], %[[RL_RHS]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
-// CHECK-NEXT: %[[RL_MOVED:.*]] = "stablehlo.collective_permute"(%[[RL_ACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}> : (tensor<2x8xf32>) -> tensor<2x8xf32>
-// CHECK-NEXT: %[[RL_SUM:.*]] = stablehlo.add %[[RL_MOVED]], %[[RL_PART]] : tensor<2x8xf32>
+// CHECK-NEXT: %[[RL_D:.*]] = stablehlo.dot_general %[[RL_SLICE]], %[[RL_RHS]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[RL_NEXT:.*]] = stablehlo.optimization_barrier %[[RL_D]] : tensor<2x8xf32>
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: stablehlo.return %{{.*}}, %[[RL_SUM]], %[[RL_LHS]], %[[RL_RHS]], %[[RL_P]] :
+// CHECK: stablehlo.return %{{.*}}, %[[RL_MOVED]], %[[RL_NEXT]], %[[RL_LHS]], %[[RL_RHS]], %[[RL_P]] :
 // CHECK-NEXT: }
-// CHECK-NEXT: return %[[RL_LOOP]]#1 : tensor<2x8xf32>
+// CHECK-NEXT: %[[RL_OUT:.*]] = stablehlo.add %[[RL_LOOP]]#1, %[[RL_LOOP]]#2 : tensor<2x8xf32>
+// CHECK-NEXT: return %[[RL_OUT]] : tensor<2x8xf32>
 // GONE-LABEL: func.func @free_lhs
 // GONE-NOT: tensor<8x8xf32>
 // GONE-NOT: stablehlo.reduce_scatter
@@ -64,27 +73,31 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // Scatter dim 1 comes from a free dim of the rhs; strided groups [[0,2,4,6],
 // [1,3,5,7]]: the rhs columns are sliced, the lhs is used whole, in the peeled
-// round 0 and in the loop, whose last iteration (round 3) computes the own block;
-// the loop's accumulator is returned directly.
+// rounds 0 and 1 and in the loop (rounds 2..3, the own block's included); the
+// received accumulator and the last part are added after the loop.
 // CHECK-LABEL: func.func @free_rhs
 // CHECK-SAME: (%[[RR_A:.*]]: tensor<8x16xf32>, %[[RR_B:.*]]: tensor<16x8xf32>)
 // CHECK: stablehlo.constant dense<[0, 0, 1, 1, 2, 2, 3, 3]> : tensor<8xi32>
 // CHECK: %[[RR_S0:.*]] = stablehlo.dynamic_slice %[[RR_B]], %{{.*}}, %{{.*}}, sizes = [16, 2]
-// CHECK-NEXT: %[[RR_FIRST:.*]] = stablehlo.dot_general %[[RR_A]], %[[RR_S0]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x2xf32>) -> tensor<8x2xf32>
-// CHECK-NOT: stablehlo.collective_permute
-// CHECK: %[[RR_LOOP:.*]]:5 = stablehlo.while(%[[RR_K:[^ ]+]] = %{{[^ ]+}}, %[[RR_ACC:[^ ]+]] = %[[RR_FIRST]], %[[RR_LHS:[^ ]+]] = %[[RR_A]], %[[RR_RHS:[^ ]+]] = %[[RR_B]], %[[RR_P:[^ ]+]] = %{{[^ ]+}})
+// CHECK-NEXT: %[[RR_D0:.*]] = stablehlo.dot_general %[[RR_A]], %[[RR_S0]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x2xf32>) -> tensor<8x2xf32>
+// CHECK-NEXT: %[[RR_P0:.*]] = stablehlo.optimization_barrier %[[RR_D0]]
+// CHECK-NEXT: %[[RR_R1:.*]] = "stablehlo.collective_permute"(%[[RR_P0]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]> : tensor<8x2xi64>}> : (tensor<8x2xf32>) -> tensor<8x2xf32>
+// CHECK: %[[RR_P1:.*]] = stablehlo.optimization_barrier
+// CHECK: %[[RR_LOOP:.*]]:6 = stablehlo.while(%[[RR_K:[^ ]+]] = %{{[^ ]+}}, %[[RR_RECV:[^ ]+]] = %[[RR_R1]], %[[RR_PART:[^ ]+]] = %[[RR_P1]], %[[RR_LHS:[^ ]+]] = %[[RR_A]], %[[RR_RHS:[^ ]+]] = %[[RR_B]], %[[RR_P:[^ ]+]] = %{{[^ ]+}})
 // CHECK: cond {
 // CHECK-NEXT: stablehlo.constant dense<4> : tensor<i32>
 // CHECK: } do {
+// CHECK-NEXT: %[[RR_SUM:.*]] = stablehlo.add %[[RR_RECV]], %[[RR_PART]] : tensor<8x2xf32>
+// CHECK-NEXT: %[[RR_MOVED:.*]] = "stablehlo.collective_permute"(%[[RR_SUM]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]> : tensor<8x2xi64>}> : (tensor<8x2xf32>) -> tensor<8x2xf32>
 // CHECK: %[[RR_OFF:.*]] = stablehlo.multiply
 // CHECK: %[[RR_SLICE:.*]] = stablehlo.dynamic_slice %[[RR_RHS]], %{{.*}}, %[[RR_OFF]], sizes = [16, 2]
-// CHECK-NEXT: %[[RR_PART:.*]] = stablehlo.dot_general %[[RR_LHS]], %[[RR_SLICE]]
-// CHECK-NEXT: %[[RR_MOVED:.*]] = "stablehlo.collective_permute"(%[[RR_ACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]> : tensor<8x2xi64>}> : (tensor<8x2xf32>) -> tensor<8x2xf32>
-// CHECK-NEXT: %[[RR_SUM:.*]] = stablehlo.add %[[RR_MOVED]], %[[RR_PART]] : tensor<8x2xf32>
+// CHECK-NEXT: %[[RR_D:.*]] = stablehlo.dot_general %[[RR_LHS]], %[[RR_SLICE]]
+// CHECK-NEXT: %[[RR_NEXT:.*]] = stablehlo.optimization_barrier %[[RR_D]]
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: stablehlo.return %{{.*}}, %[[RR_SUM]], %[[RR_LHS]], %[[RR_RHS]], %[[RR_P]] :
+// CHECK: stablehlo.return %{{.*}}, %[[RR_MOVED]], %[[RR_NEXT]], %[[RR_LHS]], %[[RR_RHS]], %[[RR_P]] :
 // CHECK-NEXT: }
-// CHECK-NEXT: return %[[RR_LOOP]]#1 : tensor<8x2xf32>
+// CHECK-NEXT: %[[RR_OUT:.*]] = stablehlo.add %[[RR_LOOP]]#1, %[[RR_LOOP]]#2 : tensor<8x2xf32>
+// CHECK-NEXT: return %[[RR_OUT]] : tensor<8x2xf32>
 // GONE-LABEL: func.func @free_rhs
 // GONE-NOT: tensor<8x8xf32>
 // GONE-NOT: stablehlo.reduce_scatter
@@ -103,38 +116,30 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// Scatter dim 0 is a batch dim; groups of 2 [[0,1],[2,3],[4,5],[6,7]]: the loop
-// has a single iteration (round 1, which is also the last round). Both operands
-// are sliced at the same batch offset, for round 0's block (p + 1) mod 2 before
-// the loop (no permute there) and for the own block p in the loop, where one
-// permute moves round 0's accumulator (the carried block argument) and adds it to
-// the own block; the loop's accumulator is returned directly.
+// Scatter dim 0 is a batch dim; groups of 2 [[0,1],[2,3],[4,5],[6,7]]: two rounds
+// and no loop. Both operands are sliced at the same batch offset, for round 0's
+// block (p + 1) mod 2 (no permute there) and for round 1's own block p, computed
+// while one permute moves round 0's block to the other device; the received block
+// and the own block are added last.
 // CHECK-LABEL: func.func @batch
 // CHECK-SAME: (%[[RB_A:.*]]: tensor<4x8x16xf32>, %[[RB_B:.*]]: tensor<4x16x8xf32>)
 // CHECK: stablehlo.constant dense<[0, 1, 0, 1, 0, 1, 0, 1]> : tensor<8xi32>
 // CHECK: %[[RB_POS:.*]] = stablehlo.reshape
-// CHECK: %[[RB_ONE:.*]] = stablehlo.constant dense<1> : tensor<i32>
+// CHECK-NOT: stablehlo.while
 // CHECK: %[[RB_OFF0:.*]] = stablehlo.multiply
 // CHECK: %[[RB_SA0:.*]] = stablehlo.dynamic_slice %[[RB_A]], %[[RB_OFF0]], %{{.*}}, %{{.*}}, sizes = [2, 8, 16]
 // CHECK: %[[RB_SB0:.*]] = stablehlo.dynamic_slice %[[RB_B]], %[[RB_OFF0]], %{{.*}}, %{{.*}}, sizes = [2, 16, 8]
-// CHECK-NEXT: %[[RB_FIRST:.*]] = stablehlo.dot_general %[[RB_SA0]], %[[RB_SB0]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x16xf32>, tensor<2x16x8xf32>) -> tensor<2x8x8xf32>
-// CHECK-NOT: stablehlo.collective_permute
-// CHECK: %[[RB_LOOP:.*]]:5 = stablehlo.while(%[[RB_K:[^ ]+]] = %[[RB_ONE]], %[[RB_ACC:[^ ]+]] = %[[RB_FIRST]], %[[RB_LHS:[^ ]+]] = %[[RB_A]], %[[RB_RHS:[^ ]+]] = %[[RB_B]], %[[RB_P:[^ ]+]] = %[[RB_POS]])
-// CHECK: cond {
-// CHECK-NEXT: %[[RB_STOP:.*]] = stablehlo.constant dense<2> : tensor<i32>
-// CHECK-NEXT: stablehlo.compare LT, %[[RB_K]], %[[RB_STOP]], SIGNED
-// CHECK: } do {
-// CHECK-NEXT: stablehlo.add %[[RB_P]], %[[RB_K]]
-// CHECK: %[[RB_OFF:.*]] = stablehlo.multiply
-// CHECK: %[[RB_SA:.*]] = stablehlo.dynamic_slice %[[RB_LHS]], %[[RB_OFF]], %{{.*}}, %{{.*}}, sizes = [2, 8, 16]
-// CHECK-NEXT: %[[RB_SB:.*]] = stablehlo.dynamic_slice %[[RB_RHS]], %[[RB_OFF]], %{{.*}}, %{{.*}}, sizes = [2, 16, 8]
-// CHECK-NEXT: %[[RB_OWN:.*]] = stablehlo.dot_general %[[RB_SA]], %[[RB_SB]], batching_dims = [0] x [0], contracting_dims = [2] x [1]
-// CHECK-NEXT: %[[RB_MOVED:.*]] = "stablehlo.collective_permute"(%[[RB_ACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 0], [2, 3], [3, 2], [4, 5], [5, 4], [6, 7], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[RB_D0:.*]] = stablehlo.dot_general %[[RB_SA0]], %[[RB_SB0]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x16xf32>, tensor<2x16x8xf32>) -> tensor<2x8x8xf32>
+// CHECK-NEXT: %[[RB_P0:.*]] = stablehlo.optimization_barrier %[[RB_D0]]
+// CHECK-NEXT: %[[RB_MOVED:.*]] = "stablehlo.collective_permute"(%[[RB_P0]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 0], [2, 3], [3, 2], [4, 5], [5, 4], [6, 7], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[RB_M:.*]] = stablehlo.remainder %[[RB_POS]], %{{[^ ]+}}
+// CHECK-NEXT: %[[RB_OFF:.*]] = stablehlo.multiply %[[RB_M]], %{{[^ ]+}}
+// CHECK-NEXT: %[[RB_SA:.*]] = stablehlo.dynamic_slice %[[RB_A]], %[[RB_OFF]], %{{.*}}, %{{.*}}, sizes = [2, 8, 16]
+// CHECK-NEXT: %[[RB_SB:.*]] = stablehlo.dynamic_slice %[[RB_B]], %[[RB_OFF]], %{{.*}}, %{{.*}}, sizes = [2, 16, 8]
+// CHECK-NEXT: %[[RB_D1:.*]] = stablehlo.dot_general %[[RB_SA]], %[[RB_SB]], batching_dims = [0] x [0], contracting_dims = [2] x [1]
+// CHECK-NEXT: %[[RB_OWN:.*]] = stablehlo.optimization_barrier %[[RB_D1]]
 // CHECK-NEXT: %[[RB_SUM:.*]] = stablehlo.add %[[RB_MOVED]], %[[RB_OWN]] : tensor<2x8x8xf32>
-// CHECK-NOT: stablehlo.collective_permute
-// CHECK: stablehlo.return %{{.*}}, %[[RB_SUM]], %[[RB_LHS]], %[[RB_RHS]], %[[RB_P]] :
-// CHECK-NEXT: }
-// CHECK-NEXT: return %[[RB_LOOP]]#1 : tensor<2x8x8xf32>
+// CHECK-NEXT: return %[[RB_SUM]] : tensor<2x8x8xf32>
 // GONE-LABEL: func.func @batch
 // GONE-NOT: tensor<4x8x8xf32>
 // GONE-NOT: stablehlo.reduce_scatter
@@ -154,16 +159,21 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // -----
 
 // The reduction adds its block arguments in the other order (add %rhs, %lhs): still
-// a plain add. One group of all 8 partitions: the loop runs rounds 1..7 (the
-// last, own-block round included) and its accumulator is returned directly.
+// a plain add. One group of all 8 partitions: rounds 0 and 1 before the loop, the
+// loop runs rounds 2..7 (the last, own-block round included), and the received
+// accumulator and the own part are added after it.
 // CHECK-LABEL: func.func @add_swapped
 // CHECK: stablehlo.constant dense<[0, 1, 2, 3, 4, 5, 6, 7]> : tensor<8xi32>
-// CHECK: %[[AS_LOOP:.*]]:5 = stablehlo.while(%[[AS_K:[^ ]+]] = %{{[^ ]+}}, %[[AS_ACC:[^ ]+]] = %{{[^ ]+}}, %{{[^ ]+}} = %arg0, %{{[^ ]+}} = %arg1, %{{.*}}) : tensor<i32>, tensor<1x8xf32>,
+// CHECK: "stablehlo.collective_permute"({{.*}}) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK: %[[AS_LOOP:.*]]:6 = stablehlo.while(%[[AS_K:[^ ]+]] = %{{[^ ]+}}, %[[AS_RECV:[^ ]+]] = %{{[^ ]+}}, %[[AS_PART:[^ ]+]] = %{{[^ ]+}}, %{{[^ ]+}} = %arg0, %{{[^ ]+}} = %arg1, %{{.*}}) : tensor<i32>, tensor<1x8xf32>, tensor<1x8xf32>,
 // CHECK: cond {
 // CHECK-NEXT: stablehlo.constant dense<8> : tensor<i32>
-// CHECK: "stablehlo.collective_permute"(%[[AS_ACC]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK: } do {
+// CHECK-NEXT: %[[AS_SUM:.*]] = stablehlo.add %[[AS_RECV]], %[[AS_PART]]
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[AS_SUM]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: return %[[AS_LOOP]]#1 : tensor<1x8xf32>
+// CHECK: %[[AS_OUT:.*]] = stablehlo.add %[[AS_LOOP]]#1, %[[AS_LOOP]]#2 : tensor<1x8xf32>
+// CHECK-NEXT: return %[[AS_OUT]] : tensor<1x8xf32>
 // GONE-LABEL: func.func @add_swapped
 // GONE-NOT: tensor<8x8xf32>
 // GONE-NOT: stablehlo.reduce_scatter
@@ -182,17 +192,21 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // -----
 
 // Replica ids (no channel handle, 8 replicas): stablehlo.replica_id gives the
-// position and the loop's permute (the only one) carries no channel handle.
+// position and the two permutes (round 1's, the loop's) carry no channel handle.
 // CHECK-LABEL: func.func @replica_ids
 // CHECK-NOT: channel_handle
 // CHECK-NOT: stablehlo.partition_id
 // CHECK: stablehlo.replica_id
-// CHECK: %[[RI_LOOP:.*]]:5 = stablehlo.while(%[[RI_K:[^ ]+]] = %{{[^ ]+}}, %[[RI_ACC:[^ ]+]] = %{{[^ ]+}}, %{{[^ ]+}} = %arg0, %{{[^ ]+}} = %arg1, %{{.*}})
 // CHECK-NOT: channel_handle
-// CHECK: "stablehlo.collective_permute"(%[[RI_ACC]]) <{source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK: "stablehlo.collective_permute"(%{{[^ ]+}}) <{source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK: %[[RI_LOOP:.*]]:6 = stablehlo.while(%[[RI_K:[^ ]+]] = %{{[^ ]+}}, %[[RI_RECV:[^ ]+]] = %{{[^ ]+}}, %[[RI_PART:[^ ]+]] = %{{[^ ]+}}, %{{[^ ]+}} = %arg0, %{{[^ ]+}} = %arg1, %{{.*}})
+// CHECK-NOT: channel_handle
+// CHECK: %[[RI_SUM:.*]] = stablehlo.add %[[RI_RECV]], %[[RI_PART]]
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[RI_SUM]]) <{source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK-NOT: channel_handle
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: return %[[RI_LOOP]]#1 : tensor<2x8xf32>
+// CHECK: %[[RI_OUT:.*]] = stablehlo.add %[[RI_LOOP]]#1, %[[RI_LOOP]]#2
+// CHECK-NEXT: return %[[RI_OUT]] : tensor<2x8xf32>
 // CHECK-NOT: channel_handle
 // GONE-LABEL: func.func @replica_ids
 // GONE-NOT: stablehlo.reduce_scatter
@@ -210,17 +224,19 @@ module attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 8 : i32} {
 
 // -----
 
-// bf16: the accumulator keeps the reduce_scatter's element type, so the loop's
-// permute moves bf16 like the original collective would, and the loop's bf16
-// accumulator is returned directly; nothing is widened to f32.
+// bf16: the accumulator keeps the reduce_scatter's element type, so the permutes
+// move bf16 like the original collective would, and the bf16 sum of the received
+// accumulator and the own part is returned; nothing is widened to f32.
 // CHECK-LABEL: func.func @bf16
 // CHECK-NOT: f32
-// CHECK: %[[BF_LOOP:.*]]:5 = stablehlo.while(%[[BF_K:[^ ]+]] = %{{[^ ]+}}, %[[BF_ACC:[^ ]+]] = %{{[^ ]+}}, %{{[^ ]+}} = %arg0, %{{[^ ]+}} = %arg1, %{{.*}}) : tensor<i32>, tensor<2x8xbf16>,
+// CHECK: %[[BF_LOOP:.*]]:6 = stablehlo.while(%[[BF_K:[^ ]+]] = %{{[^ ]+}}, %[[BF_RECV:[^ ]+]] = %{{[^ ]+}}, %[[BF_PART:[^ ]+]] = %{{[^ ]+}}, %{{[^ ]+}} = %arg0, %{{[^ ]+}} = %arg1, %{{.*}}) : tensor<i32>, tensor<2x8xbf16>, tensor<2x8xbf16>,
+// CHECK: %[[BF_SUM:.*]] = stablehlo.add %[[BF_RECV]], %[[BF_PART]] : tensor<2x8xbf16>
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[BF_SUM]]) {{.*}} : (tensor<2x8xbf16>) -> tensor<2x8xbf16>
 // CHECK: stablehlo.dot_general {{.*}} -> tensor<2x8xbf16>
-// CHECK: "stablehlo.collective_permute"(%[[BF_ACC]]) {{.*}} : (tensor<2x8xbf16>) -> tensor<2x8xbf16>
 // CHECK-NOT: f32
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: return %[[BF_LOOP]]#1 : tensor<2x8xbf16>
+// CHECK: %[[BF_OUT:.*]] = stablehlo.add %[[BF_LOOP]]#1, %[[BF_LOOP]]#2 : tensor<2x8xbf16>
+// CHECK-NEXT: return %[[BF_OUT]] : tensor<2x8xbf16>
 // GONE-LABEL: func.func @bf16
 // GONE-NOT: f32
 // GONE-NOT: tensor<8x8xbf16>
@@ -267,14 +283,18 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-LABEL: func.func @dot_second_user
 // CHECK-NOT: stablehlo.reduce_scatter
 // CHECK: %[[SU_ZERO:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<8x8xf32>
-// CHECK: %[[SU_P0:.*]] = stablehlo.dot_general %{{[^ ]+}}, %arg1, contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
-// CHECK: %[[SU_B0:.*]] = stablehlo.dynamic_update_slice %[[SU_ZERO]], %[[SU_P0]],
-// CHECK: %[[SU_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[SU_BUF:[^ ]+]] = %[[SU_B0]], %[[SU_ACC:[^ ]+]] = %[[SU_P0]],
+// CHECK: %[[SU_D0:.*]] = stablehlo.dot_general %{{[^ ]+}}, %arg1, contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[SU_B0:.*]] = stablehlo.dynamic_update_slice %[[SU_ZERO]], %[[SU_D0]],
+// CHECK: %[[SU_D1:.*]] = stablehlo.dot_general
+// CHECK-NEXT: %[[SU_B1:.*]] = stablehlo.dynamic_update_slice %[[SU_B0]], %[[SU_D1]],
+// CHECK: %[[SU_LOOP:.*]]:7 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[SU_BUF:[^ ]+]] = %[[SU_B1]], %[[SU_RECV:[^ ]+]] = %{{[^ ]+}}, %[[SU_PART:[^ ]+]] = %{{[^ ]+}},
+// CHECK: %[[SU_SUM:.*]] = stablehlo.add %[[SU_RECV]], %[[SU_PART]]
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[SU_SUM]])
 // CHECK: %[[SU_P:.*]] = stablehlo.dot_general
-// CHECK: %[[SU_NEXT:.*]] = stablehlo.dynamic_update_slice %[[SU_BUF]], %[[SU_P]],
-// CHECK: "stablehlo.collective_permute"(%[[SU_ACC]])
+// CHECK-NEXT: %[[SU_NEXT:.*]] = stablehlo.dynamic_update_slice %[[SU_BUF]], %[[SU_P]],
 // CHECK: stablehlo.return %{{[^ ]+}}, %[[SU_NEXT]],
-// CHECK: return %[[SU_LOOP]]#2, %[[SU_LOOP]]#1
+// CHECK: %[[SU_OUT:.*]] = stablehlo.add %[[SU_LOOP]]#2, %[[SU_LOOP]]#3
+// CHECK-NEXT: return %[[SU_OUT]], %[[SU_LOOP]]#1
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @dot_second_user(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> (tensor<2x8xf32>, tensor<8x8xf32>) {
     %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from jaxlib.mlir import ir
@@ -14,6 +15,9 @@ from jaxlib.mlir.dialects import sdy, stablehlo
 
 from .collectives import Ring
 from .manual import manual_axes_attr
+
+if TYPE_CHECKING:
+    from .ring_plan import RingPlan
 
 I32 = np.int32
 INT32_MAX = 2**31 - 1
@@ -203,6 +207,15 @@ def collective_permute(value: ir.Value, pairs: Sequence[tuple[int, int]],
     return stablehlo.collective_permute(value, pairs_attr, channel_handle=handle)
 
 
+def barrier(values: Sequence[ir.Value]) -> list[ir.Value]:
+    """`values` through one `optimization_barrier`: the compiler cannot fuse what
+    produces them with what reads them."""
+    if not values:
+        return []
+    op = stablehlo.OptimizationBarrierOp(list(values))
+    return list(op.results)
+
+
 def dot_like(original: ir.Operation, lhs: ir.Value, rhs: ir.Value,
              result_type: ir.Type) -> ir.Value:
     """A `dot_general` with all of `original`'s attributes on new operands."""
@@ -243,26 +256,30 @@ def counted_loop(start: int, stop: int, carried: Sequence[ir.Value],
     return list(loop.results[1:1 + len(carried)])
 
 
-RoundBody = Callable[[ir.Value | int, list[ir.Value], list[ir.Value]], list[ir.Value]]
+RoundBody = Callable[[ir.Value | int, list, list[ir.Value]], list]
 
 
-def unrolled_rounds(start: int, stop: int, unroll: int, carried: Sequence[ir.Value],
-                    invariants: Sequence[ir.Value], body: RoundBody) -> list[ir.Value]:
-    """Rounds `start..stop-1`: a loop running `unroll` rounds per iteration, then the
-    remainder inline. `body(k, carried, invariants)` gets k as a loop value or an int.
-
-    """
+def planned_rounds(plan: RingPlan, carried: Sequence, invariants: Sequence[ir.Value],
+                   body: RoundBody) -> list:
+    """The rounds of `plan`: those before its loop inline, the loop (`plan.unroll`
+    rounds per iteration, `plan.trip_count` iterations), then the remainder and the
+    last rounds inline. `body(k, carried, invariants)` gets k as a loop value or an
+    int; outside the loop `carried` may hold None (a value that does not exist yet),
+    never where the loop starts."""
     carried = list(carried)
-    iterations = (stop - start) // unroll
-    if iterations > 0:
+    for k in plan.rounds_before_loop:
+        carried = body(k, carried, list(invariants))
+    if plan.trip_count:
+        if any(value is None for value in carried):
+            raise ValueError(f"the loop of {plan} would carry a value that does not exist")
+
         def unrolled(k, values, loop_invariants):
-            for j in range(unroll):
+            for j in range(plan.unroll):
                 values = body(plus(k, j), values, loop_invariants)
             return values
 
-        carried = counted_loop(start, start + iterations * unroll, carried, invariants,
-                               unrolled, step=unroll)
-        start += iterations * unroll
-    for k in range(start, stop):
+        carried = counted_loop(plan.loop_start, plan.loop_end, carried, invariants,
+                               unrolled, step=plan.unroll)
+    for k in plan.rounds_after_loop:
         carried = body(k, carried, list(invariants))
     return carried

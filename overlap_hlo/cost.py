@@ -7,13 +7,16 @@ For one site on a ring of N devices, with T_c the time of one block's partial do
     decomposed:           sum over rounds r of max(C_r, T_m if a shift is in flight)
                           + rounds * step overhead + loop iterations * loop overhead
 
-where C_r = (blocks computed in round r) * T_c: one block per round with one stream,
-two with a bidirectional ring (whose two shifts use both directions of the links, so
-a round still costs one T_m). T_c = FLOPs / (peak FLOP/s for the element type x
-matmul efficiency); T_m = latency + bytes / (one-direction link bandwidth x link
+where the rounds, the shifts in flight in each and the loop's iterations are the
+ring's plan (`ring_plan.RingPlan`, the schedule the pass builds) and C_r = (blocks
+computed in round r) * T_c: one block per round with one stream, two with a
+bidirectional ring (whose two shifts use both directions of the links, so a round
+still costs one T_m). T_c = FLOPs / (peak FLOP/s for the element type x matmul
+efficiency); T_m = latency + bytes / (one-direction link bandwidth x link
 efficiency); T_m2 is the same with both directions of the links (the library
-collective is given its best case: a bidirectional ring). A site is decomposed when the decomposed time beats the original by
-`margin`. Every figure is a prediction from datasheet numbers, not a measurement.
+collective is given its best case: a bidirectional ring). A site is decomposed when
+the decomposed time beats the original by `margin`. Every figure is a prediction
+from datasheet numbers, not a measurement.
 """
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ import json
 import math
 import os
 import stat
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
+
+from .ring_plan import RingPlan
 
 MARGIN = 0.05
 
@@ -212,8 +217,9 @@ class Estimate:
     shift_us: float = 0.0               # T_m: one block over one link direction
     collective_step_us: float = 0.0     # T_m2: the collective's step, both directions
     blocks_per_round: tuple[int, ...] = ()
-    exposed_round: int = -1
+    exposed_round: int = -1             # the (first) round with no shift in flight
     step_overhead_us: float = 0.0
+    plan: RingPlan | None = None        # the ring the prediction is for
 
     @property
     def speedup(self) -> float:
@@ -229,51 +235,29 @@ class Estimate:
 
 @dataclass(frozen=True)
 class SiteShape:
-    """What the model needs to know of a site."""
+    """What the model needs to know of a site: its size and the ring's plan."""
 
     group_size: int
     flops: float               # all the site's dots together, whole (not per block)
     element_type: str          # of the dot operands: "bf16", "f32", ...
     block_bytes: float         # one shifted block
-    blocks_per_round: list[int] = field(default_factory=list)  # decomposed schedule
-    exposed_round: int = -1    # the round with no shift in flight (gather: last)
-    loop_iterations: int = 0
+    plan: RingPlan
 
 
 def estimate(site: SiteShape, hw: Hardware) -> Estimate:
-    n = site.group_size
+    """The two predicted times (module docstring); rounds, shifts in flight and loop
+    iterations come from the site's ring plan."""
+    n, plan = site.group_size, site.plan
     t_c = hw.matmul_us(site.flops / n, site.element_type)
     t_m = hw.shift_us(site.block_bytes)
     before = (n - 1) * hw.shift_us(site.block_bytes, directions=2) + n * t_c
-    rounds = site.blocks_per_round
-    after = sum(max(blocks * t_c, t_m) for blocks in rounds)
-    exposed = rounds[site.exposed_round] * t_c
-    after += exposed - max(exposed, t_m)
-    after += len(rounds) * hw.step_overhead_us + site.loop_iterations * hw.loop_overhead_us
+    after = sum(max(blocks * t_c, t_m if sends else 0.0)
+                for blocks, sends in zip(plan.blocks, plan.sends))
+    after += plan.rounds * hw.step_overhead_us + plan.trip_count * hw.loop_overhead_us
+    idle = plan.idle_rounds[0] if plan.idle_rounds else -1
     return Estimate(before, after, hw.name, n, t_c, t_m,
-                    hw.shift_us(site.block_bytes, directions=2), tuple(rounds),
-                    site.exposed_round, hw.step_overhead_us)
-
-
-def gather_rounds(n: int, bidirectional: bool) -> list[int]:
-    """Blocks multiplied per round by the all_gather ring (round 0: own shard)."""
-    if not bidirectional or n <= 2:
-        return [1] * n
-    rounds = n // 2
-    return [1] + [2] * (rounds - 1) + [2 if n % 2 else 1]
-
-
-def scatter_rounds(n: int, bidirectional: bool) -> list[int]:
-    """Blocks multiplied per round by the reduce_scatter ring (last: own block)."""
-    if not bidirectional or n <= 2:
-        return [1] * n
-    a = n // 2                  # ceil((n - 1) / 2)
-    up_start = a - (n - 1 - a)
-    return [1 if k < up_start else 2 for k in range(a)] + [1]
-
-
-def loop_iterations(uniform_rounds: int, unroll: int) -> int:
-    return uniform_rounds // unroll
+                    hw.shift_us(site.block_bytes, directions=2), plan.blocks,
+                    idle, hw.step_overhead_us, plan)
 
 
 def element_name(element_type) -> str:

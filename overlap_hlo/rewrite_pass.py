@@ -17,6 +17,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from . import builders, compat, cost
 from .cost import Estimate, SiteShape
+from .ring_plan import RingPlan
 from .unsupported import Unsupported
 from .locations import describe
 
@@ -41,6 +42,14 @@ class Site:
     estimate: Estimate | None = None
     rule: str = ""                   # what decided a rewrite (threshold, cost model)
     profile_named: bool = True       # the estimate's profile was chosen (not the default)
+    rings: int = 0                   # loops built with `plan` (a gather's dots may need 2)
+
+    @property
+    def plan(self) -> RingPlan | None:
+        """The ring's schedule: rounds, blocks, shifts, loop range and trip count (built
+        as planned when `applied`; what the prediction assumed otherwise). None when
+        the site was left unchanged before a ring was planned."""
+        return self.estimate.plan if self.estimate is not None else None
 
     def format(self) -> str:
         facts = [self.detail]
@@ -85,6 +94,7 @@ class Decision:
 
     estimate: Estimate
     rule: str
+    rings: int = 1                   # loops the site builds with the estimate's plan
 
 
 @dataclass
@@ -269,7 +279,7 @@ class RewritePass:
                     return True
                 detail, decision = outcome
                 log.add(location, self.name, True, detail=detail, estimate=decision.estimate,
-                        rule=decision.rule, profile_named=named)
+                        rule=decision.rule, profile_named=named, rings=decision.rings)
                 return False  # the bindings read a falsy result as "matched and rewrote"
             finally:
                 for where, pattern_name, applied, facts in reports:

@@ -45,6 +45,7 @@ from overlap_hlo.lookthrough import (View, ViewedUse, erase_unused, producer, re
                                     users_through_views)
 from overlap_hlo.locations import describe
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
+from overlap_hlo.ring_plan import GATHER, RingPlan
 from overlap_hlo.passes.matmul_reduce_scatter import OverlapMatmulReduceScatter, scatter_fed_by
 
 
@@ -80,9 +81,18 @@ class Consumer:
     def accumulate(self, acc: ir.Value | None, shards: list[ir.Value],
                    shifts: list[tuple[int, object]], inputs: list[ir.Value],
                    position: ir.Value, n: int, gather_dim: int) -> ir.Value:
-        """Add this step's blocks to `acc`: one dot over the shards side by side.
+        """Add this step's blocks to `acc`.
 
-        `acc` is None in round 0 of a contracting dim: the first sum is the product."""
+        Blocks of a free or batch dim are disjoint blocks of the result: one dot per
+        shard, each written in place (side by side, the shards would be copied into a
+        buffer of twice their size first). Blocks of a contracting dim all add to the
+        whole result: one dot over the shards side by side, so that one product of the
+        result's size is added per round. `acc` is None in round 0 of a contracting
+        dim: the first sum is the product."""
+        if self.result_dim is not None and len(shards) > 1:
+            for shard, shift in zip(shards, shifts):
+                acc = self.accumulate(acc, [shard], [shift], inputs, position, n, gather_dim)
+            return acc
         other, *reads = inputs
         block = self.block
         offsets = [b.block_offset(position, step, n, block, sign) for sign, step in shifts]
@@ -170,7 +180,7 @@ class OverlapAllGatherMatmul(RewritePass):
                 continue
             report(location, True, pattern=self.scatter_pass.name,
                    detail=detail + "; the dot reads an all_gather whose ring runs inside",
-                   estimate=decision.estimate, rule=decision.rule)
+                   estimate=decision.estimate, rule=decision.rule, rings=decision.rings)
             notes.append(f"its dot is decomposed inside the reduce_scatter ring at {where}")
             built = True
         return built, notes, pending
@@ -254,19 +264,18 @@ class OverlapAllGatherMatmul(RewritePass):
                        "ring's result would not reach")
         assembly = None if reused is None else Assembly(gather.results[0].type, block)
         ring_dots = [c.dot for c in consumers]
-        rounds = cost.gather_rounds(ring.size, self.bidirectional)
+        plan = ring_plan(ring.size, self)
         decision = self.decide(gather.results[0].type, cost.SiteShape(
             ring.size, sum(flops(dot) for dot in ring_dots),
             cost.element_name(ring_dots[0].operands[0].type.element_type),
-            mib(shard.type) * 2**20, rounds, exposed_round=-1,
-            loop_iterations=uniform_rounds(rounds) // self.unroll), detail)
+            mib(shard.type) * 2**20, plan), detail)
         if ring.uses_channel:
-            scan.require_channels(len(groups) * permute_count(ring.size, self))
+            scan.require_channels(len(groups) * plan.permutes)
         buffer = None
         for i, group in enumerate(groups):
             extra = [assembly] if assembly is not None and i == 0 else []
             with ir.InsertionPoint(group[0].anchor):
-                results = emit_loop(group + extra, shard, dim, ring, self, scan.new_channel)
+                results = emit_loop(group + extra, shard, dim, ring, plan, scan.new_channel)
             for consumer, result in zip(group, results):
                 rewriter.replace_op(consumer.dot, [result])
             if extra:
@@ -282,7 +291,7 @@ class OverlapAllGatherMatmul(RewritePass):
             rewriter.erase_op(inner)
         for location, facts in pending:   # their dots are this ring's now
             report(location, False, pattern=self.scatter_pass.name, **facts)
-        return detail, decision
+        return detail, dataclasses.replace(decision, rings=len(groups))
 
 
 def chained_gather(gather: ir.Operation, scan) -> tuple[ir.Operation, Ring] | None:
@@ -423,20 +432,28 @@ def analyze(use: ViewedUse, gathered: list[ir.Value], block: int) -> Consumer:
                     tuple(use.reads), block * use.factor)
 
 
+def ring_plan(n: int, options: RewritePass) -> RingPlan:
+    """The schedule `emit_loop` builds for a group of `n` with these options."""
+    return RingPlan(GATHER, n, options.bidirectional, options.unroll)
+
+
+def permute_count(n: int, options: RewritePass) -> int:
+    """How many collective_permute ops `emit_loop` builds for one ring (each needs a
+    channel handle)."""
+    return ring_plan(n, options).permutes
+
+
 def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
-              ring: Ring, options: RewritePass, channels) -> list[ir.Value]:
-    """One ring for all `consumers`, built at the current insertion point.
+              ring: Ring, plan: RingPlan, channels) -> list[ir.Value]:
+    """One ring for all `consumers`, built at the current insertion point as `plan`
+    says.
 
     Round 0 multiplies the device's own shard while sending it on; round r multiplies
     the shard of position p + r (and p - r from the second stream when bidirectional)
     while sending both on; the last round sends nothing. For even N the two streams
     meet at p + N/2: the up stream's last send is left out.
     """
-    n = ring.size
-    plan = cost.gather_rounds(n, options.bidirectional)   # blocks per round
-    streams = max(plan)
-    rounds = len(plan) - 1                                # rounds after round 0
-    last_has_up = plan[-1] == 2
+    n, streams = ring.size, plan.streams
 
     def send(values):
         """Shift stream 0 down the ring and stream 1 up (each permute a fresh channel)."""
@@ -444,53 +461,33 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
                                      channels() if ring.uses_channel else None)
                 for v, sign in zip(values, (+1, -1))]
 
-    def step(k, held, accs, invariants, up=True):
+    def step(k, shards, accs, invariants):
         *inputs, position = invariants
-        shifts = [(+1, k), (-1, k)][:len(held) if up else 1]
+        shifts = [(+1, k), (-1, k)][:len(shards)]
         results = []
         for consumer, acc in zip(consumers, accs):
             mine, inputs = inputs[:len(consumer.inputs)], inputs[len(consumer.inputs):]
-            results.append(consumer.accumulate(acc, held[:len(shifts)], shifts, mine,
+            results.append(consumer.accumulate(acc, shards, shifts, mine,
                                                position, n, gather_dim))
         return results
 
-    def middle(k, carried, invariants):
+    def round_(k, carried, invariants):
+        """Send the shards held on (the streams the plan says), multiply them."""
         held, accs = carried[:streams], carried[streams:]
-        return [*send(held), *step(k, held, accs, invariants)]
+        fixed = isinstance(k, int)
+        blocks = plan.blocks[k] if fixed else streams
+        sending = plan.sends[k] if fixed else streams
+        if fixed and k == 0:   # the own shard: multiplied first, then sent both ways
+            accs = step(k, held[:blocks], accs, invariants)
+            return send(held[:sending]) + [None] * (streams - sending) + accs
+        sent = send(held[:sending]) + [None] * (streams - sending)
+        return sent + step(k, held[:blocks], accs, invariants)
 
     position = b.ring_position(ring)
     invariants = [value for c in consumers for value in c.inputs] + [position]
     accs = [None if c.result_dim is None else b.zeros(c.acc_type) for c in consumers]
-    accs = step(0, [shard], accs, invariants)
-    carried = send([shard] * streams) + accs
-    uniform_end = 1 + uniform_rounds(plan)
-    carried = b.unrolled_rounds(1, uniform_end, options.unroll, carried, invariants, middle)
-    held = streams
-    if uniform_end < rounds:   # both streams multiply, only the down stream sends on
-        shards, accs = carried[:streams], carried[streams:]
-        carried = send(shards[:1]) + step(uniform_end, shards, accs, invariants)
-        held = 1
-    accs = step(rounds, carried[:held], carried[held:], invariants, up=last_has_up)
-    return [c.finish(acc) for c, acc in zip(consumers, accs)]
-
-
-def permute_count(n: int, options: RewritePass) -> int:
-    """How many collective_permute ops `emit_loop` builds for one ring (each needs a
-    channel handle): the first sends, one loop body, the rounds after the loop."""
-    plan = cost.gather_rounds(n, options.bidirectional)
-    streams, rounds = max(plan), len(plan) - 1
-    uniform_end = 1 + uniform_rounds(plan)
-    loop_rounds = uniform_end - 1
-    iterations = loop_rounds // options.unroll
-    inline = loop_rounds - iterations * options.unroll
-    body = options.unroll if iterations else 0
-    return streams * (1 + body + inline) + (1 if uniform_end < rounds else 0)
-
-
-def uniform_rounds(plan: list[int]) -> int:
-    """Rounds of the ring's loop: all but round 0 and the last, and for even N with two
-    streams also the round before the last (its up stream does not send)."""
-    return max(len(plan) - 2 - (max(plan) == 2 and plan[-1] == 1), 0)
+    carried = b.planned_rounds(plan, [shard] * streams + accs, invariants, round_)
+    return [c.finish(acc) for c, acc in zip(consumers, carried[streams:])]
 
 
 def accumulator_type(result_type: ir.RankedTensorType) -> ir.RankedTensorType:

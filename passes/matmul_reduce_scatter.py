@@ -7,13 +7,17 @@ own product (slicing the operand, or both operands for a batch dim, that produce
 scatter dim) and adds it to the accumulator it just received. After the remaining
 N-1-k shifts that accumulator sits at the device that owns block j.
 
-Step 0 is peeled (no permute); the loop runs steps 1..N-1, the last (the device's
-own block) included, each permuting the previous accumulator while computing its own
-partial dot, so the permute neither feeds nor reads that step's dot, and the loop's
-buffers are reused to the end. With two streams (bidirectional) the two accumulators
-meet after the loop, where the own block is added. The accumulator keeps the
-reduce_scatter's element type, so the bytes on the wire are those of the original
-collective.
+The ring is pipelined (`ring_plan`): round k adds the accumulator received in round
+k-1 to round k-1's partial product and sends the sum on, then computes its own
+partial product while the sum travels; the product reaches an accumulator only in
+the next round, through an optimization_barrier. So no permute feeds or reads a dot
+of its own round, and the compiler cannot fuse a dot with the add of a received
+accumulator (which would make the dot wait for the transfer). Round 0 sends nothing,
+rounds 2.. run in the loop (one stream: the last round, the device's own block,
+included), and the last product is added after the ring. With two streams
+(bidirectional) the two accumulators meet at the owner, where the own block is added.
+The accumulator keeps the reduce_scatter's element type, so the bytes on the wire are
+those of the original collective.
 
 Example:
   overlap-opt --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0})' in.mlir
@@ -33,6 +37,7 @@ from overlap_hlo.dominance import after
 from overlap_hlo.lookthrough import (TRANSPARENT, View, only_transparent, producer, replay,
                                     view_backward)
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
+from overlap_hlo.ring_plan import SCATTER, RingPlan
 
 
 @dataclass(frozen=True)
@@ -86,18 +91,15 @@ class OverlapMatmulReduceScatter(RewritePass):
         if readers:
             detail += (f"; the ring assembles the dot's product for {len(readers)} other "
                        "reader(s)")
-        rounds = cost.scatter_rounds(ring.size, self.bidirectional)
-        # Loop rounds: one stream, all but round 0; two, those after both have started.
-        uniform = len(rounds) - 1 - (rounds.index(2) + 1) if 2 in rounds else len(rounds) - 1
+        plan = ring_plan(ring.size, self)
         decision = self.decide(top.results[0].type, cost.SiteShape(
             ring.size, sum(flops(dot) for dot in dots),
             cost.element_name(dots[0].operands[0].type.element_type),
-            mib(result_type) * 2**20, rounds, exposed_round=0,
-            loop_iterations=max(uniform, 0) // self.unroll), detail)
+            mib(result_type) * 2**20, plan), detail)
         if ring.uses_channel:
-            scan.require_channels(permute_count(ring.size, self))
+            scan.require_channels(plan.permutes)
         with ir.InsertionPoint(scatter):
-            result, product = emit_loop(dots, addends, dim, block, ring, between, self,
+            result, product = emit_loop(dots, addends, dim, block, ring, between, plan,
                                         scan.new_channel, assemble=bool(readers))
         location = scatter.location
         rewriter.replace_op(scatter, [result])
@@ -191,49 +193,47 @@ def is_add_reduction(region: ir.Region) -> bool:
     return len(args) == 2 and (operands == args or operands == args[::-1])
 
 
+def ring_plan(n: int, options: RewritePass) -> RingPlan:
+    """The schedule `emit_loop` builds for a group of `n` with these options."""
+    return RingPlan(SCATTER, n, options.bidirectional, options.unroll)
+
+
 def permute_count(n: int, options: RewritePass) -> int:
-    """How many collective_permute ops `emit_loop` builds (each needs a channel
-    handle): the sends before the loop, one loop body, the rounds after it, and with
-    two streams the two final sends."""
-    a = len(cost.scatter_rounds(n, options.bidirectional)) - 1
-    two = a < n - 1
-    up_start = a - (n - 1 - a)
-    first_uniform = up_start + 1 if two else 1
-    before = sum((k != 0) + (two and up_start < k) for k in range(min(first_uniform, a)))
-    loop_rounds = (a if two else a + 1) - first_uniform
-    iterations = loop_rounds // options.unroll
-    inline = loop_rounds - iterations * options.unroll
-    per_round = 2 if two else 1
-    body = options.unroll if iterations else 0
-    return before + per_round * (body + inline) + (2 if two else 0)
+    """How many collective_permute ops `emit_loop` builds (each needs a channel handle)."""
+    return ring_plan(n, options).permutes
 
 
 def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int,
-              block: int, ring: Ring, views: list[View], options: RewritePass, channels,
+              block: int, ring: Ring, views: list[View], plan: RingPlan, channels,
               assemble: bool = False) -> tuple[ir.Value, ir.Value | None]:
     """The ring replacing reduce_scatter(sum of dots + added terms), built at the
-    current insertion point; returns its result and, with `assemble`, the (single) dot's
-    whole product, each block written as the ring computes it.
+    current insertion point as `plan` says; returns its result and, with `assemble`,
+    the (single) dot's whole product, each block written as the ring computes it.
 
-    With one stream (a = N-1 rounds) the accumulator moves down the ring; with two,
-    a = ceil((N-1)/2) rounds down and b = N-1-a up, the up stream starting late so
-    that both arrive together. In round k the down accumulator collects block
-    p + k - a (it reaches its owner after a - k more shifts), the up one p + a - k.
-    Every block of this device's product is computed exactly once; an added term
-    (a bias) is sliced like the product and added to each block once, so the sum over
-    the devices is that of the original (dot + term).
+    Round k first adds the accumulator received in round k-1 to round k-1's partial
+    product and sends the sum on, then computes round k's partial product while it
+    travels: a round's dot neither reads nor feeds its permute, and the add that
+    reads the permute sits in the next round (the next loop iteration, with unroll 1),
+    so the compiler cannot fuse it into the dot. With one stream (a = N-1 rounds
+    after round 0) the accumulator moves down the ring; with two, a = ceil((N-1)/2)
+    rounds down and N-1-a up, the up stream starting late so that both arrive
+    together, and a last round with the device's own block. In round k < a the down
+    accumulator collects block p + k - a (it reaches its owner after a - k more
+    shifts), the up one p + a - k. Every block of this device's product is computed
+    exactly once; an added term (a bias) is sliced like the product and added to each
+    block once, so the sum over the devices is that of the original (dot + term).
     """
     n = ring.size
-    a = len(cost.scatter_rounds(n, options.bidirectional)) - 1   # rounds before the last
-    up_start = a - (n - 1 - a)   # round in which the up stream starts (if any)
-    streams = [+1] + ([-1] if a < n - 1 else [])   # down, then up
+    a = plan.rounds - 1                     # the last round: the device's own block
+    two = plan.streams == 2
+    up_start = plan.blocks.index(2) if two else a   # the up stream's first round
     sliced = [DotDims.of(dot).result_source(result_dim) for dot in dots]
     part_type = b.with_dim(dots[0].results[0].type, result_dim, block)
-    held = 1 if assemble else 0        # carried: [product?] + accumulators
+    held = 1 if assemble else 0        # carried: [product?] + (received, part) per stream
 
     def send(value, stream):
         """Shift an accumulator along its stream's direction (a fresh channel each)."""
-        return b.collective_permute(value, ring.shift_pairs(streams[stream]),
+        return b.collective_permute(value, ring.shift_pairs(1 if stream == 0 else -1),
                                     channels() if ring.uses_channel else None)
 
     def parts(shifts, invariants, product):
@@ -260,37 +260,44 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
         for term in terms:
             whole = b.add(whole, b.concat([b.slice_dim(term, result_dim, off, block)
                                            for off in offsets], result_dim))
+        # The adds that read a permute take the parts through a barrier: fused into
+        # the dot's output fusion, such an add would make the dot wait for the transfer.
+        # One block: the barrier after the views (the dot may still fuse a convert);
+        # several: on the whole product (barriers on its slices would copy them).
+        if len(shifts) == 1:
+            return b.barrier([replay(views, whole)]), product
+        (whole,) = b.barrier([whole])
         return [replay(views, b.static_slice(whole, result_dim, i * block, block))
                 for i in range(len(shifts))], product
 
     def round_(k, carried, invariants):
-        product, accs = (carried[0] if held else None), carried[held:]
-        up = len(streams) == 2 and (not isinstance(k, int) or k >= up_start)
-        shifts = [(+1, k, -a)] + ([(-1, k, a)] if up else [])
+        """Send what round k-1 summed, then compute round k's parts. `carried` is
+        [product?] + [received, part] per stream; None where a stream has not
+        received yet, or not started (only in rounds before the loop)."""
+        product, state = (carried[0] if held else None), list(carried[held:])
+        for s in range(plan.streams):
+            received, part = state[2 * s:2 * s + 2]
+            if part is not None:
+                acc = part if received is None else b.add(received, part)
+                state[2 * s:2 * s + 2] = [send(acc, s), None]
+        last = isinstance(k, int) and k == a
+        if last and two:
+            shifts = [(+1, 0, 0)]             # the own block, summed with both arrivals
+        else:
+            up = two and (not isinstance(k, int) or k >= up_start)
+            shifts = [(+1, k, -a)] + ([(-1, k, a)] if up else [])
         new, product = parts(shifts, invariants, product)
-        starts = [k == 0, k == up_start] if isinstance(k, int) else [False, False]
-        accs = [part if starts[i] else b.add(send(accs[i], i), part)
-                for i, part in enumerate(new)]
-        return ([product] if held else []) + accs
+        for s, part in enumerate(new):
+            state[2 * s + 1] = part
+        return ([product] if held else []) + state
 
     position = b.ring_position(ring)
     invariants = ([operand for dot in dots for operand in dot.operands] + list(addends)
                   + [position])
-    first_uniform = up_start + 1 if len(streams) == 2 else 1
-    carried = [b.zeros(dots[0].results[0].type)] if held else []
-    for k in range(min(first_uniform, a)):
-        carried = round_(k, carried, invariants)
-    if len(streams) == 1:
-        # The last round, own block plus the arrived accumulator, has the loop body's
-        # form (round a: block p + a - a); inside the loop it reuses the loop's buffers.
-        carried = b.unrolled_rounds(first_uniform, a + 1, options.unroll, carried, invariants,
-                                    round_)
-        return carried[-1], (carried[0] if held else None)
-    carried = b.unrolled_rounds(first_uniform, a, options.unroll, carried, invariants, round_)
-    product, accs = (carried[0] if held else None), carried[held:]
-    (own,), product = parts([(+1, 0, 0)], invariants, product)
-    arrived = [send(acc, i) for i, acc in enumerate(accs)]
-    result = own
-    for value in arrived:
-        result = b.add(value, result)
+    carried = ([b.zeros(dots[0].results[0].type)] if held else []) + [None] * 2 * plan.streams
+    carried = b.planned_rounds(plan, carried, invariants, round_)
+    product, state = (carried[0] if held else None), carried[held:]
+    result = b.add(state[0], state[1])   # the last sum: own block (and the down arrival)
+    if two:
+        result = b.add(state[2], result)
     return result, product

@@ -7,6 +7,7 @@ import pytest
 
 import overlap_hlo
 from overlap_hlo import cost
+from overlap_hlo.ring_plan import RingPlan
 
 H100 = cost.PROFILES["h100-sxm"]
 
@@ -36,17 +37,20 @@ def test_matmul_and_shift_times():
 
 
 def test_round_plans():
-    assert cost.gather_rounds(4, False) == [1, 1, 1, 1]
-    assert cost.gather_rounds(8, True) == [1, 2, 2, 2, 1]
-    assert cost.gather_rounds(7, True) == [1, 2, 2, 2]
-    assert cost.gather_rounds(2, True) == [1, 1]
-    assert cost.scatter_rounds(8, True) == [1, 2, 2, 2, 1]
-    assert cost.scatter_rounds(7, True) == [2, 2, 2, 1]
-    assert cost.scatter_rounds(3, True) == [2, 1]
+    def blocks(kind, n, bidi):
+        return RingPlan(kind, n, bidi).blocks
+
+    assert blocks("gather", 4, False) == (1, 1, 1, 1)
+    assert blocks("gather", 8, True) == (1, 2, 2, 2, 1)
+    assert blocks("gather", 7, True) == (1, 2, 2, 2)
+    assert blocks("gather", 2, True) == (1, 1)
+    assert blocks("scatter", 8, True) == (1, 2, 2, 2, 1)
+    assert blocks("scatter", 7, True) == (2, 2, 2, 1)
+    assert blocks("scatter", 3, True) == (2, 1)
     for n in range(2, 10):
         for bidi in (False, True):
-            assert sum(cost.gather_rounds(n, bidi)) == n
-            assert sum(cost.scatter_rounds(n, bidi)) == n
+            assert sum(blocks("gather", n, bidi)) == n
+            assert sum(blocks("scatter", n, bidi)) == n
 
 
 def test_estimate_by_hand():
@@ -54,27 +58,37 @@ def test_estimate_by_hand():
                        step_overhead_us=1.0, loop_overhead_us=2.0, matmul_efficiency=1.0,
                        link_efficiency=1.0)
     # N=4, whole dot 4e6 FLOP: T_c = 1e6 / 1e12 s = 1 us; block 2000 B: T_m = 2 us
-    # over one link direction, 1 us over both (the collective's best case).
-    site = cost.SiteShape(4, 4e6, "bf16", 2000.0, [1, 1, 1, 1], exposed_round=-1,
-                          loop_iterations=2)
-    est = cost.estimate(site, hw)
+    # over one link direction, 1 us over both (the collective's best case). A gather
+    # ring: 4 rounds, the last with nothing in flight, 2 loop iterations.
+    gather = RingPlan("gather", 4)
+    assert (gather.sends, gather.trip_count) == ((1, 1, 1, 0), 2)
+    est = cost.estimate(cost.SiteShape(4, 4e6, "bf16", 2000.0, gather), hw)
     assert est.before_us == pytest.approx(3 * 1 + 4 * 1)            # 7
     assert est.after_us == pytest.approx(3 * 2 + 1 + 4 * 1 + 2 * 2)  # 15
     assert not est.pays()
-    # Without overheads: balanced blocks (T_c = T_m = 2 us) overlap well...
+    assert (est.blocks_per_round, est.exposed_round, est.plan) == ((1, 1, 1, 1), 3, gather)
+    # Without overheads: balanced blocks (T_c = T_m = 2 us) overlap well... A scatter
+    # ring: round 0 has nothing in flight.
     free = dataclasses.replace(hw, step_overhead_us=0.0, loop_overhead_us=0.0)
-    balanced = cost.SiteShape(4, 8e6, "bf16", 2000.0, [1, 1, 1, 1], exposed_round=0)
-    est = cost.estimate(balanced, free)
+    scatter = RingPlan("scatter", 4)
+    assert scatter.sends == (0, 1, 1, 1)
+    est = cost.estimate(cost.SiteShape(4, 8e6, "bf16", 2000.0, scatter), free)
     assert (est.before_us, est.after_us) == (pytest.approx(3 * 1 + 8), pytest.approx(2 + 3 * 2))
-    assert est.pays()
+    assert est.pays() and est.exposed_round == 0
     # ...compute-bound ones (T_c = 20 us) gain little: 3.6% is inside the 5% margin.
-    big = cost.SiteShape(4, 8e7, "bf16", 2000.0, [1, 1, 1, 1], exposed_round=0)
-    est = cost.estimate(big, free)
+    est = cost.estimate(cost.SiteShape(4, 8e7, "bf16", 2000.0, scatter), free)
     assert (est.before_us, est.after_us) == (pytest.approx(3 * 1 + 80), pytest.approx(80))
     assert est.pays(margin=0) and not est.pays()
-    # Bidirectional: the same 4 blocks in 3 rounds, the middle one two blocks.
-    bidi = cost.SiteShape(4, 4e6, "bf16", 2000.0, [1, 2, 1], exposed_round=-1)
-    assert cost.estimate(bidi, hw).after_us == pytest.approx(2 + 2 + 1 + 3)
+    # Bidirectional: the same 4 blocks in 3 rounds, the middle one two blocks; no loop.
+    bidi = RingPlan("gather", 4, bidirectional=True)
+    assert (bidi.blocks, bidi.trip_count) == ((1, 2, 1), 0)
+    assert cost.estimate(cost.SiteShape(4, 4e6, "bf16", 2000.0, bidi),
+                         hw).after_us == pytest.approx(2 + 2 + 1 + 3)
+    # The loop's iterations come from the plan: unroll=2 halves them.
+    unrolled = RingPlan("gather", 4, unroll=2)
+    assert unrolled.trip_count == 1
+    assert (cost.estimate(cost.SiteShape(4, 4e6, "bf16", 2000.0, unrolled), hw).after_us
+            == pytest.approx(15 - 2))
 
 
 def test_json_profile(tmp_path):

@@ -1,0 +1,151 @@
+"""One ring plan: the loops the passes emit are the plan's (trip counts of the
+stablehlo.while ops, permutes built and executed), for every group size, direction
+and unroll; the remarks' sites carry the plan the ring was built from."""
+import itertools
+
+import pytest
+from jaxlib.mlir import ir
+
+import overlap_hlo
+from overlap_hlo.ring_plan import GATHER, SCATTER, RingPlan
+
+GATHER_MODULE = """module attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
+  func.func @f(%x: tensor<2x16xf32>, %w: tensor<16x8xf32>) -> tensor<{full}x8xf32> {{
+    %0 = "stablehlo.all_gather"(%x) <{{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[{group}]> : tensor<1x{n}xi64>, use_global_device_ids}}> : (tensor<2x16xf32>) -> tensor<{full}x16xf32>
+    %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<{full}x16xf32>, tensor<16x8xf32>) -> tensor<{full}x8xf32>
+    return %1 : tensor<{full}x8xf32>
+  }}
+}}"""
+
+SCATTER_MODULE = """module attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
+  func.func @f(%x: tensor<{full}x16xf32>, %w: tensor<16x8xf32>) -> tensor<2x8xf32> {{
+    %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<{full}x16xf32>, tensor<16x8xf32>) -> tensor<{full}x8xf32>
+    %1 = "stablehlo.reduce_scatter"(%0) <{{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[{group}]> : tensor<1x{n}xi64>, scatter_dimension = 0 : i64, use_global_device_ids}}> ({{
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %2 = stablehlo.add %a, %b : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }}) : (tensor<{full}x8xf32>) -> tensor<2x8xf32>
+    return %1 : tensor<2x8xf32>
+  }}
+}}"""
+
+TEMPLATES = {GATHER: GATHER_MODULE, SCATTER: SCATTER_MODULE}
+GRID = list(itertools.product(range(2, 9), (False, True), range(1, 5)))
+
+
+def module_for(kind: str, n: int) -> ir.Module:
+    return overlap_hlo.parse(TEMPLATES[kind].format(n=n, full=2 * n, group=list(range(n))))
+
+
+def _int(value: ir.Value) -> int:
+    """The integer a scalar stablehlo.constant holds."""
+    op = value.owner.operation
+    assert op.name == "stablehlo.constant", op
+    return int(ir.DenseIntElementsAttr(op.attributes["value"])[0])
+
+
+def trip_count(loop: ir.Operation) -> int:
+    """Iterations of a counted stablehlo.while as the passes build it: the induction
+    variable (operand 0) starts at a constant, the condition compares it LT a
+    constant, the body adds a constant."""
+    start = _int(loop.operands[0])
+    cond = list(loop.regions[0].blocks[0].operations)
+    compare = cond[-1].operands[0].owner.operation
+    assert compare.name == "stablehlo.compare"
+    assert compare.operands[0] == loop.regions[0].blocks[0].arguments[0]
+    stop = _int(compare.operands[1])
+    body = loop.regions[1].blocks[0]
+    step_op = list(body.operations)[-1].operands[0].owner.operation
+    assert step_op.name == "stablehlo.add" and step_op.operands[0] == body.arguments[0]
+    step = _int(step_op.operands[1])
+    return max(0, -(-(stop - start) // step))
+
+
+def structure(module: ir.Module) -> tuple[list[int], int, int]:
+    """(trip counts of the while ops, permutes built, permutes executed)."""
+    trips, built, executed = [], 0, 0
+    loops = []
+
+    def visit(op):
+        if op.name == "stablehlo.while":
+            loops.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    inside = 0
+    for loop in loops:
+        trips.append(trip_count(loop))
+        count = sum(1 for op in loop.regions[1].blocks[0].operations
+                    if op.operation.name == "stablehlo.collective_permute")
+        inside += count
+        executed += count * trips[-1]
+
+    def count_all(op):
+        nonlocal built
+        built += op.name == "stablehlo.collective_permute"
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(count_all)
+    return trips, built, executed + built - inside
+
+
+@pytest.mark.parametrize("kind", [GATHER, SCATTER])
+def test_emitted_loops_are_the_plan(kind):
+    for n, bidi, unroll in GRID:
+        module = module_for(kind, n)
+        (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
+                                             unroll=unroll)
+        plan = RingPlan(kind, n, bidi, unroll)
+        assert site.applied and site.plan == plan and site.rings == 1, (n, bidi, unroll)
+        trips, built, executed = structure(module)
+        assert trips == ([plan.trip_count] if plan.trip_count else []), (plan, trips)
+        assert built == plan.permutes, plan
+        assert executed == plan.transfers == n - 1, plan
+
+
+def test_plan_invariants():
+    for kind, (n, bidi, unroll) in itertools.product((GATHER, SCATTER), GRID):
+        plan = RingPlan(kind, n, bidi, unroll)
+        assert sum(plan.blocks) == n and plan.transfers == n - 1
+        assert plan.streams == (2 if bidi and n > 2 else 1)
+        assert plan.loop_start <= plan.loop_end <= plan.loop_stop <= plan.rounds
+        assert plan.loop_end - plan.loop_start == plan.trip_count * unroll
+        assert plan.remainder == plan.loop_stop - plan.loop_end < unroll
+        assert list(plan.rounds_before_loop) + list(range(plan.loop_start, plan.loop_end)) \
+            + list(plan.rounds_after_loop) == list(range(plan.rounds))
+        # The loop's rounds have one form: every stream multiplies and sends.
+        for k in range(plan.loop_start, plan.loop_stop):
+            assert (plan.blocks[k], plan.sends[k]) == (plan.streams, plan.streams), (plan, k)
+        # A shift is in flight in every round but one: the gather's last (nothing left
+        # to send), the scatter's first (nothing summed yet).
+        assert plan.idle_rounds == ((plan.rounds - 1,) if kind == GATHER else (0,))
+
+
+def test_plan_by_hand():
+    one = RingPlan(SCATTER, 8)
+    assert (one.blocks, one.sends) == ((1,) * 8, (0,) + (1,) * 7)
+    assert (one.loop_start, one.loop_stop, one.trip_count, one.permutes) == (2, 8, 6, 2)
+    two = RingPlan(SCATTER, 8, bidirectional=True)
+    assert (two.blocks, two.sends) == ((1, 2, 2, 2, 1), (0, 1, 2, 2, 2))
+    assert (two.loop_start, two.trip_count, list(two.rounds_after_loop)) == (3, 1, [4])
+    gather = RingPlan(GATHER, 8, bidirectional=True, unroll=2)
+    assert (gather.blocks, gather.sends) == ((1, 2, 2, 2, 1), (2, 2, 2, 1, 0))
+    assert (gather.trip_count, gather.remainder, gather.permutes) == (1, 0, 7)
+    assert gather.describe() == "5 rounds, rounds 1..2 in a loop of 1 x 2, 7 shifts (2 streams)"
+    # Groups of 2 use one stream whatever was asked.
+    assert RingPlan(GATHER, 2, bidirectional=True) == RingPlan(GATHER, 2, bidirectional=True)
+    assert RingPlan(GATHER, 2, bidirectional=True).streams == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (("ring", 4), "ring kind"), ((GATHER, 1), "2 or more devices"),
+    ((GATHER, 4, False, 0), "unroll >= 1")])
+def test_plan_refuses_nonsense(args, message):
+    with pytest.raises(ValueError, match=message):
+        RingPlan(*args)
+
+
+def test_unchanged_sites_carry_the_plan_they_were_predicted_with():
+    (site,) = overlap_hlo.remarks(module_for(SCATTER, 4), threshold_mib=1e9, unroll=2)
+    assert not site.applied and site.plan == RingPlan(SCATTER, 4, unroll=2)
+    assert site.estimate.blocks_per_round == site.plan.blocks
