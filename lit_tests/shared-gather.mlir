@@ -5,47 +5,57 @@
 // already exists at the first dot: the shard travels once (one permute per round)
 // and feeds every dot; each dot keeps its own accumulator. A dot whose other operand
 // is computed after the first dot (a backward-pass use) reads the gathered tensor
-// that the first ring assembles (no second ring, nothing sent twice).
+// that the first ring assembles (no second ring, nothing sent twice). Elementwise ops
+// that combine the products of two or more of the dots (a gated MLP's activation) run
+// on each block inside the ring, which then keeps one buffer for the combination.
 // The REMARK prefix checks that a site's dots are listed in program order (a free
 // dim dot written before a contracting dim one is listed first).
 
-// A gated MLP body: the gathered activations feed the gate and the up projections.
-// One while loop carrying one shard and two accumulators; round 0 multiplies the own
-// shard by both weights before the one first permute; each loop round has one
-// permute and two dots, both reading the carried shard; the last round feeds both
-// dots from the loop's shard.
+// A gated MLP body: the gathered activations feed the gate and the up projections,
+// and silu(gate) * up combines them elementwise. One while loop carrying one shard
+// and ONE accumulator, the combination's: every round multiplies its shard by both
+// weights, applies the elementwise epilogue (logistic, two multiplies) to the two
+// blocks, and writes the result's block; round 0 does so on the own shard before the
+// one first permute, each loop round has one permute and two dots, both reading the
+// carried shard, and the last round feeds both dots from the loop's shard. The
+// products of the two dots are never built whole.
 // CHECK-LABEL: func.func @gated_mlp
 // CHECK-SAME: (%[[GM_X:.*]]: tensor<2x16xf32>, %[[GM_WG:.*]]: tensor<16x32xf32>, %[[GM_WU:.*]]: tensor<16x32xf32>)
 // CHECK-NOT: stablehlo.all_gather
 // CHECK: %[[GM_G0:.*]] = stablehlo.dot_general %[[GM_X]], %[[GM_WG]]
 // CHECK: %[[GM_U0:.*]] = stablehlo.dot_general %[[GM_X]], %[[GM_WU]]
-// CHECK: %[[GM_SENT:.*]] = "stablehlo.collective_permute"(%[[GM_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]> : tensor<4x2xi64>}>
-// CHECK: %[[GM_LOOP:.*]]:7 = stablehlo.while(%[[GM_K:[^ ]+]] = %{{[^ ]+}}, %[[GM_CUR:[^ ]+]] = %[[GM_SENT]], %[[GM_ACCG:[^ ]+]] = %{{[^ ]+}}, %[[GM_ACCU:[^ ]+]] = %{{[^ ]+}}, %[[GM_OG:[^ ]+]] = %[[GM_WG]], %[[GM_OU:[^ ]+]] = %[[GM_WU]], %{{.*}}) : tensor<i32>, tensor<2x16xf32>, tensor<8x32xf32>, tensor<8x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<i32>
+// CHECK-NEXT: %[[GM_S0:.*]] = stablehlo.logistic %[[GM_G0]] : tensor<2x32xf32>
+// CHECK-NEXT: %[[GM_A0:.*]] = stablehlo.multiply %[[GM_G0]], %[[GM_S0]] : tensor<2x32xf32>
+// CHECK-NEXT: %[[GM_H0:.*]] = stablehlo.multiply %[[GM_A0]], %[[GM_U0]] : tensor<2x32xf32>
+// CHECK: %[[GM_ACC0:.*]] = stablehlo.dynamic_update_slice %{{[^ ]+}}, %[[GM_H0]],
+// CHECK-NEXT: %[[GM_SENT:.*]] = "stablehlo.collective_permute"(%[[GM_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]> : tensor<4x2xi64>}>
+// CHECK: %[[GM_LOOP:.*]]:6 = stablehlo.while(%[[GM_K:[^ ]+]] = %{{[^ ]+}}, %[[GM_CUR:[^ ]+]] = %[[GM_SENT]], %[[GM_ACC:[^ ]+]] = %[[GM_ACC0]], %[[GM_OG:[^ ]+]] = %[[GM_WG]], %[[GM_OU:[^ ]+]] = %[[GM_WU]], %{{.*}}) : tensor<i32>, tensor<2x16xf32>, tensor<8x32xf32>, tensor<16x32xf32>, tensor<16x32xf32>, tensor<i32>
 // CHECK: } do {
 // CHECK-NEXT: %[[GM_MOVED:.*]] = "stablehlo.collective_permute"(%[[GM_CUR]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[GM_DG:.*]] = stablehlo.dot_general %[[GM_CUR]], %[[GM_OG]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x32xf32>) -> tensor<2x32xf32>
-// CHECK: %[[GM_AG:.*]] = stablehlo.dynamic_update_slice %[[GM_ACCG]], %[[GM_DG]],
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[GM_DU:.*]] = stablehlo.dot_general %[[GM_CUR]], %[[GM_OU]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x32xf32>) -> tensor<2x32xf32>
-// CHECK: %[[GM_AU:.*]] = stablehlo.dynamic_update_slice %[[GM_ACCU]], %[[GM_DU]],
+// CHECK-NEXT: %[[GM_SIG:.*]] = stablehlo.logistic %[[GM_DG]]
+// CHECK-NEXT: %[[GM_ACT:.*]] = stablehlo.multiply %[[GM_DG]], %[[GM_SIG]]
+// CHECK-NEXT: %[[GM_HB:.*]] = stablehlo.multiply %[[GM_ACT]], %[[GM_DU]]
+// CHECK: %[[GM_UPD:.*]] = stablehlo.dynamic_update_slice %[[GM_ACC]], %[[GM_HB]],
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: stablehlo.return %{{.*}}, %[[GM_MOVED]], %[[GM_AG]], %[[GM_AU]], %[[GM_OG]], %[[GM_OU]],
+// CHECK: stablehlo.return %{{.*}}, %[[GM_MOVED]], %[[GM_UPD]], %[[GM_OG]], %[[GM_OU]],
 // CHECK-NEXT: }
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK-NOT: stablehlo.while
 // CHECK: %[[GM_LG:.*]] = stablehlo.dot_general %[[GM_LOOP]]#1, %[[GM_WG]]
-// CHECK: %[[GM_GATE:.*]] = stablehlo.dynamic_update_slice %[[GM_LOOP]]#2, %[[GM_LG]]
 // CHECK: %[[GM_LU:.*]] = stablehlo.dot_general %[[GM_LOOP]]#1, %[[GM_WU]]
-// CHECK: %[[GM_UP:.*]] = stablehlo.dynamic_update_slice %[[GM_LOOP]]#3, %[[GM_LU]]
-// CHECK-NEXT: %[[GM_SIG:.*]] = stablehlo.logistic %[[GM_GATE]]
-// CHECK-NEXT: %[[GM_ACT:.*]] = stablehlo.multiply %[[GM_GATE]], %[[GM_SIG]]
-// CHECK-NEXT: %[[GM_H:.*]] = stablehlo.multiply %[[GM_ACT]], %[[GM_UP]]
+// CHECK-NEXT: %[[GM_LS:.*]] = stablehlo.logistic %[[GM_LG]]
+// CHECK-NEXT: %[[GM_LA:.*]] = stablehlo.multiply %[[GM_LG]], %[[GM_LS]]
+// CHECK-NEXT: %[[GM_LH:.*]] = stablehlo.multiply %[[GM_LA]], %[[GM_LU]]
+// CHECK-NEXT: %[[GM_H:.*]] = stablehlo.dynamic_update_slice %[[GM_LOOP]]#2, %[[GM_LH]],
 // CHECK-NEXT: return %[[GM_H]]
 // CHECK-NOT: stablehlo.all_gather
 module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @gated_mlp(%x: tensor<2x16xf32>, %wg: tensor<16x32xf32>, %wu: tensor<16x32xf32>) -> tensor<8x32xf32> {
-    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 2 dot(s) (free dim, free dim), tensor<8x16xf32> gathered over groups of 4; decided by threshold-mib=0 (explicit): {{.*}} MiB communicated; predicted
+    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 2 dot(s) (free dim, free dim), tensor<8x16xf32> gathered over groups of 4; an elementwise epilogue of 2 of its dots (3 op(s)) runs on each block: the ring keeps one buffer for their products; decided by threshold-mib=0 (explicit): {{.*}} MiB communicated; predicted
     %g = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
     %gate = stablehlo.dot_general %g, %wg, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
     %up = stablehlo.dot_general %g, %wu, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>

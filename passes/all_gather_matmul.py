@@ -46,6 +46,7 @@ from overlap_hlo.lookthrough import (View, ViewedUse, erase_unused, producer, re
 from overlap_hlo.locations import describe
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
 from overlap_hlo.ring_plan import GATHER, RingPlan
+from overlap_hlo.passes.epilogue import Epilogue, block_type_for, find_epilogue
 from overlap_hlo.passes.matmul_reduce_scatter import OverlapMatmulReduceScatter, scatter_fed_by
 
 
@@ -89,9 +90,10 @@ class Consumer:
         whole result: one dot over the shards side by side, so that one product of the
         result's size is added per round. `acc` is None in round 0 of a contracting
         dim: the first sum is the product."""
-        if self.result_dim is not None and len(shards) > 1:
+        if self.result_dim is not None:
             for shard, shift in zip(shards, shifts):
-                acc = self.accumulate(acc, [shard], [shift], inputs, position, n, gather_dim)
+                part, offset = self.block_product(shard, shift, inputs, position, n)
+                acc = b.update_dim(acc, part, self.result_dim, offset)
             return acc
         other, *reads = inputs
         block = self.block
@@ -101,18 +103,97 @@ class Consumer:
             other = b.concat([b.slice_dim(other, self.other_dim, off, block) for off in offsets],
                              self.other_dim)
         operands = [viewed, other] if self.gathered == 0 else [other, viewed]
-        if self.result_dim is None:
-            part = b.dot_like(self.dot, *operands, self.acc_type)
-            return part if acc is None else b.add(acc, part)
-        part_type = b.with_dim(self.result_type, self.result_dim, block * len(shards))
-        part = b.dot_like(self.dot, *operands, part_type)
-        for i, offset in enumerate(offsets):
-            piece = b.static_slice(part, self.result_dim, i * block, block)
-            acc = b.update_dim(acc, piece, self.result_dim, offset)
-        return acc
+        part = b.dot_like(self.dot, *operands, self.acc_type)
+        return part if acc is None else b.add(acc, part)
+
+    def block_product(self, shard: ir.Value, shift: tuple[int, object],
+                      inputs: list[ir.Value], position: ir.Value, n: int
+                      ) -> tuple[ir.Value, ir.Value]:
+        """One shard's block of the result (free or batch dim) and its offset."""
+        other, *reads = inputs
+        sign, step = shift
+        offset = b.block_offset(position, step, n, self.block, sign)
+        viewed = replay(self.views, shard, reads)
+        if self.other_dim is not None:
+            other = b.slice_dim(other, self.other_dim, offset, self.block)
+        operands = [viewed, other] if self.gathered == 0 else [other, viewed]
+        part_type = b.with_dim(self.result_type, self.result_dim, self.block)
+        return b.dot_like(self.dot, *operands, part_type), offset
 
     def finish(self, acc: ir.Value) -> ir.Value:
         return acc if acc.type == self.result_type else stablehlo.convert(self.result_type, acc)
+
+
+@dataclass(frozen=True)
+class Fused:
+    """Consumers whose products an elementwise epilogue combines (a gated MLP's
+    `silu(g @ w_gate) * (g @ w_up)`): the ring computes every product's block and
+    writes the epilogue's, so it keeps one buffer instead of one per dot."""
+
+    members: tuple[Consumer, ...]
+    epilogue: Epilogue
+
+    @property
+    def inputs(self) -> list[ir.Value]:
+        return [value for member in self.members for value in member.inputs]
+
+    @property
+    def result_dim(self) -> int:
+        return self.members[0].result_dim
+
+    @property
+    def anchor(self) -> ir.Operation:
+        return self.members[0].anchor
+
+    @property
+    def acc_type(self) -> ir.RankedTensorType:
+        return self.epilogue.output.type
+
+    def accumulate(self, acc, shards, shifts, inputs, position, n, gather_dim):
+        block_type = block_type_for(self.result_dim, self.members[0].block)
+        for shard, shift in zip(shards, shifts):
+            parts, rest = [], inputs
+            for member in self.members:
+                mine, rest = rest[:len(member.inputs)], rest[len(member.inputs):]
+                part, offset = member.block_product(shard, shift, mine, position, n)
+                parts.append(part)
+            acc = b.update_dim(acc, self.epilogue.replay(parts, block_type), self.result_dim,
+                               offset)
+        return acc
+
+    def finish(self, acc: ir.Value) -> ir.Value:
+        return acc
+
+    def replace(self, rewriter, result: ir.Value) -> None:
+        """The epilogue's output becomes `result`; its ops and the dots go."""
+        output = _owner(self.epilogue.output)
+        for op in reversed(self.epilogue.ops):
+            if op == output:
+                rewriter.replace_op(op, [result])
+            else:
+                rewriter.erase_op(op)
+        for member in self.members:
+            rewriter.erase_op(member.dot)
+
+
+def fuse_epilogue(group: list[Consumer]) -> list[Consumer | Fused]:
+    """`group` with the consumers that an elementwise epilogue combines replaced by one
+    Fused consumer (placed where the first of them was), when there is one."""
+    members = [c for c in group if c.result_dim is not None and c.anchor == c.dot]
+    layouts = {(c.result_dim, c.block, tuple(c.result_type.shape)) for c in members}
+    if len(members) < 2 or len(layouts) != 1:
+        return group
+    found = find_epilogue([c.dot.results[0] for c in members])
+    if found is None:
+        return group
+    fused = Fused(tuple(members), found)
+    first = group.index(members[0])
+    return [c for c in group[:first]] + [fused] + [c for c in group[first:] if c not in members]
+
+
+def _owner(value: ir.Value) -> ir.Operation:
+    owner = value.owner
+    return owner if isinstance(owner, ir.Operation) else owner.operation
 
 
 @dataclass(frozen=True)
@@ -262,6 +343,11 @@ class OverlapAllGatherMatmul(RewritePass):
         elif others:
             detail += (f"; the all_gather stays for {len(others)} other reader(s) that the "
                        "ring's result would not reach")
+        groups = [fuse_epilogue(group) for group in groups]
+        for fused in (c for group in groups for c in group if isinstance(c, Fused)):
+            detail += (f"; an elementwise epilogue of {len(fused.members)} of its dots "
+                       f"({len(fused.epilogue.ops)} op(s)) runs on each block: the ring "
+                       "keeps one buffer for their products")
         assembly = None if reused is None else Assembly(gather.results[0].type, block)
         ring_dots = [c.dot for c in consumers]
         plan = ring_plan(ring.size, self)
@@ -277,7 +363,10 @@ class OverlapAllGatherMatmul(RewritePass):
             with ir.InsertionPoint(group[0].anchor):
                 results = emit_loop(group + extra, shard, dim, ring, plan, scan.new_channel)
             for consumer, result in zip(group, results):
-                rewriter.replace_op(consumer.dot, [result])
+                if isinstance(consumer, Fused):
+                    consumer.replace(rewriter, result)
+                else:
+                    rewriter.replace_op(consumer.dot, [result])
             if extra:
                 buffer = results[-1]
         erase_unused(rewriter, values)

@@ -1,0 +1,212 @@
+"""Elementwise epilogues of an all_gather ring's dots, computed block by block.
+
+A gated MLP combines the products of two dots that read one all_gather:
+`silu(g @ w_gate) * (g @ w_up)`. As the ring builds each product block by block
+(free or batch dim), the elementwise ops that combine them can run on each block
+too: the ring then keeps one buffer, the combination's, instead of one per dot
+(the TPU temporaries of a SwiGLU layer drop by a product's size). Elementwise ops
+compute each element from the same elements of their operands, so the blocks give
+exactly the values the whole tensors would.
+
+An epilogue is found only when it pays and is safe: two or more of the ring's dots
+with the same result block layout, whose results nothing but the epilogue reads; ops
+that are elementwise over that shape (or calls of private functions made only of
+such ops, like JAX's `silu`), reading those results, each other, and constants
+(splat constants, scalars broadcast); and exactly one value that anything outside
+the epilogue reads.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from overlap_hlo import builders as b
+
+ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
+    "abs add and atan2 cbrt ceil clamp compare convert cosine divide exponential "
+    "exponential_minus_one floor is_finite log log_plus_one logistic maximum minimum "
+    "multiply negate not or power remainder round_nearest_afz round_nearest_even rsqrt "
+    "select sign sine sqrt subtract tan tanh xor").split())
+UNIFORM = frozenset({"stablehlo.constant", "stablehlo.broadcast_in_dim"})
+
+
+def _op(owner) -> ir.Operation:
+    return owner if isinstance(owner, ir.Operation) else owner.operation
+
+
+def _defining(value: ir.Value) -> ir.Operation | None:
+    return _op(value.owner) if isinstance(value, ir.OpResult) else None
+
+
+def _shape(value: ir.Value) -> list[int] | None:
+    return list(value.type.shape) if isinstance(value.type, ir.RankedTensorType) else None
+
+
+def uniform(value: ir.Value, shape: list[int]) -> bool:
+    """A value of `shape` that is the same constant everywhere: a splat constant, or a
+    scalar constant broadcast."""
+    op = _defining(value)
+    if op is None or _shape(value) != shape:
+        return False
+    if op.name == "stablehlo.constant":
+        return ir.DenseElementsAttr(op.attributes["value"]).is_splat
+    if op.name == "stablehlo.broadcast_in_dim":
+        scalar = _defining(op.operands[0])
+        return (_shape(op.operands[0]) == [] and scalar is not None
+                and scalar.name == "stablehlo.constant")
+    return False
+
+
+def callee(call: ir.Operation) -> ir.Operation | None:
+    """The private func.func a func.call names, found in the enclosing module."""
+    name = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
+    parent = call.parent
+    while parent is not None and parent.name != "builtin.module":
+        parent = parent.parent
+    if parent is None:
+        return None
+    for op in parent.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
+            return op
+    return None
+
+
+def elementwise_call(call: ir.Operation, shape: list[int]) -> bool:
+    """A func.call of one function whose body is elementwise over `shape`: every
+    argument and result has that shape, every op is elementwise or uniform."""
+    func = callee(call)
+    if func is None or len(call.results) != 1 or len(func.regions[0].blocks) != 1:
+        return False
+    body = func.regions[0].blocks[0]
+    if any(_shape(arg) != shape for arg in body.arguments):
+        return False
+    for op in body.operations:
+        op = op.operation
+        if op.name == "func.return":
+            continue
+        if op.name in UNIFORM:
+            if not uniform(op.results[0], shape) and _shape(op.results[0]) != []:
+                return False
+        elif op.name not in ELEMENTWISE or any(_shape(r) != shape for r in op.results):
+            return False
+    return _shape(call.results[0]) == shape
+
+
+def is_elementwise(op: ir.Operation, shape: list[int]) -> bool:
+    if op.name == "func.call":
+        return elementwise_call(op, shape)
+    return (op.name in ELEMENTWISE and len(op.results) == 1
+            and _shape(op.results[0]) == shape
+            and all(_shape(v) == shape for v in op.operands))
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """Elementwise ops over the results of `sources` (in program order) with one
+    value, `output`, read outside them."""
+
+    sources: tuple[ir.Value, ...]
+    ops: tuple[ir.Operation, ...]
+    output: ir.Value
+
+    def replay(self, blocks: Sequence[ir.Value], block_type: Callable[[ir.Type], ir.Type]
+               ) -> ir.Value:
+        """The output's block from the sources' blocks, built at the current insertion
+        point; `block_type(t)` is a whole-tensor type's block type."""
+        values = dict(zip(self.sources, blocks))
+        for op in self.ops:
+            values[op.results[0]] = _replay(op, values, block_type)
+        return values[self.output]
+
+
+def find_epilogue(sources: Sequence[ir.Value]) -> Epilogue | None:
+    """The elementwise epilogue of `sources` (results of one shape), or None."""
+    if len(sources) < 2 or len({tuple(_shape(v)) for v in sources}) != 1:
+        return None
+    shape = _shape(sources[0])
+    block = _op(sources[0].owner).block
+    known = set(sources)
+    ops: list[ir.Operation] = []
+    grew = True
+    while grew:
+        grew = False
+        for value in list(known):
+            for use in value.uses:
+                user = _op(use.owner)
+                if (user in ops or user.block != block or not is_elementwise(user, shape)
+                        or not all(v in known or uniform(v, shape) for v in user.operands)):
+                    continue
+                ops.append(user)
+                known.add(user.results[0])
+                grew = True
+    if not ops:
+        return None
+    inside = set(ops)
+    read_outside = [v for v in known if any(_op(u.owner) not in inside for u in v.uses)]
+    if len(read_outside) != 1 or read_outside[0] in sources:
+        return None
+    ops.sort(key=_Order(block))
+    return Epilogue(tuple(sources), tuple(ops), read_outside[0])
+
+
+class _Order:
+    """Sort key: position in `block`."""
+
+    def __init__(self, block: ir.Block):
+        self.index = {op.operation: i for i, op in enumerate(block.operations)}
+
+    def __call__(self, op: ir.Operation) -> int:
+        return self.index[op]
+
+
+def _uniform_block(value: ir.Value, new_type: ir.Type) -> ir.Value:
+    op = _defining(value)
+    if op.name == "stablehlo.constant":
+        attr = ir.DenseElementsAttr(op.attributes["value"])
+        return stablehlo.constant(ir.DenseElementsAttr.get_splat(new_type, attr.get_splat_value()))
+    scalar = _defining(op.operands[0])
+    return stablehlo.broadcast_in_dim(new_type, stablehlo.constant(scalar.attributes["value"]),
+                                      ir.DenseI64ArrayAttr.get([]))
+
+
+def _operand(value: ir.Value, values: dict, block_type) -> ir.Value:
+    if value in values:
+        return values[value]
+    return _uniform_block(value, block_type(value.type))
+
+
+def _replay(op: ir.Operation, values: dict, block_type) -> ir.Value:
+    """`op` on blocks: same name and attributes, block-shaped operands and result; a
+    call's body is inlined."""
+    operands = [_operand(v, values, block_type) for v in op.operands]
+    if op.name == "func.call":
+        body = callee(op).regions[0].blocks[0]
+        inner = dict(zip(body.arguments, operands))
+        for inner_op in body.operations:
+            inner_op = inner_op.operation
+            if inner_op.name == "func.return":
+                return inner[inner_op.operands[0]]
+            if inner_op.name in UNIFORM and _shape(inner_op.results[0]) == []:
+                inner[inner_op.results[0]] = inner_op.results[0]   # rebuilt where used
+                continue
+            inner[inner_op.results[0]] = _replay_inner(inner_op, inner, block_type)
+        raise AssertionError("a func.func body ends with func.return")
+    return ir.Operation.create(op.name, results=[block_type(op.results[0].type)],
+                               operands=operands,
+                               attributes={name: op.attributes[name] for name in op.attributes}).result
+
+
+def _replay_inner(op: ir.Operation, values: dict, block_type) -> ir.Value:
+    """An op of an inlined body: uniform values rebuilt on the block shape."""
+    if op.name in UNIFORM:
+        return _uniform_block(op.results[0], block_type(op.results[0].type))
+    return _replay(op, values, block_type)
+
+
+def block_type_for(result_dim: int, size: int) -> Callable[[ir.Type], ir.Type]:
+    """Whole-tensor type -> the type of one block of `size` along `result_dim`."""
+    return lambda t: b.with_dim(ir.RankedTensorType(t), result_dim, size)
