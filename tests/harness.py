@@ -21,6 +21,29 @@ import overlap_hlo
 from jaxlib.mlir import ir
 
 
+# One all_gather -> dot and one dot -> reduce_scatter over a single group {group} of
+# {n} partitions, shard 2 rows ({full} gathered); {handle} is the channel handle.
+GATHER_MODULE = """module attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
+  func.func @f(%x: tensor<2x16xf32>, %w: tensor<16x8xf32>) -> tensor<{full}x8xf32> {{
+    %0 = "stablehlo.all_gather"(%x) <{{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = {handle}, type = 1>, replica_groups = dense<[{group}]> : tensor<1x{n}xi64>, use_global_device_ids}}> : (tensor<2x16xf32>) -> tensor<{full}x16xf32>
+    %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<{full}x16xf32>, tensor<16x8xf32>) -> tensor<{full}x8xf32>
+    return %1 : tensor<{full}x8xf32>
+  }}
+}}"""
+
+SCATTER_MODULE = """module attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
+  func.func @f(%x: tensor<{full}x16xf32>, %w: tensor<16x8xf32>) -> tensor<2x8xf32> {{
+    %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<{full}x16xf32>, tensor<16x8xf32>) -> tensor<{full}x8xf32>
+    %1 = "stablehlo.reduce_scatter"(%0) <{{channel_handle = #stablehlo.channel_handle<handle = {handle}, type = 1>, replica_groups = dense<[{group}]> : tensor<1x{n}xi64>, scatter_dimension = 0 : i64, use_global_device_ids}}> ({{
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %2 = stablehlo.add %a, %b : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }}) : (tensor<{full}x8xf32>) -> tensor<2x8xf32>
+    return %1 : tensor<2x8xf32>
+  }}
+}}"""
+
+
 @dataclass
 class Program:
     """A function over a mesh, its inputs (shape, PartitionSpec) and output specs."""

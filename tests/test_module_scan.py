@@ -6,40 +6,20 @@ built. Attributes of unexpected types on ops the passes do not know are not
 channels or shardings. A variadic all_gather is reported. The hardware profile is
 read once per pass instance.
 """
-import numpy as np
 import pytest
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 import overlap_hlo
-from harness import op_counts
+from harness import GATHER_MODULE, SCATTER_MODULE, op_counts
 from overlap_hlo import cost
 from overlap_hlo.rewrite_pass import INT64_MAX, ModuleScan
 from overlap_hlo.passes import all_gather_matmul, matmul_reduce_scatter
 from overlap_hlo.passes.all_gather_matmul import OverlapAllGatherMatmul
 from overlap_hlo.passes.matmul_reduce_scatter import OverlapMatmulReduceScatter
 
-GATHER = """module attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
-  func.func @f(%x: tensor<2x16xf32>, %w: tensor<16x8xf32>) -> tensor<{full}x8xf32> {{
-    %0 = "stablehlo.all_gather"(%x) <{{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = {handle}, type = 1>, replica_groups = dense<[{group}]> : tensor<1x{n}xi64>, use_global_device_ids}}> : (tensor<2x16xf32>) -> tensor<{full}x16xf32>
-    %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<{full}x16xf32>, tensor<16x8xf32>) -> tensor<{full}x8xf32>
-    return %1 : tensor<{full}x8xf32>
-  }}
-}}"""
-
-SCATTER = """module attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
-  func.func @f(%x: tensor<{full}x16xf32>, %w: tensor<16x8xf32>) -> tensor<2x8xf32> {{
-    %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<{full}x16xf32>, tensor<16x8xf32>) -> tensor<{full}x8xf32>
-    %1 = "stablehlo.reduce_scatter"(%0) <{{channel_handle = #stablehlo.channel_handle<handle = {handle}, type = 1>, replica_groups = dense<[{group}]> : tensor<1x{n}xi64>, scatter_dimension = 0 : i64, use_global_device_ids}}> ({{
-    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
-      %2 = stablehlo.add %a, %b : tensor<f32>
-      stablehlo.return %2 : tensor<f32>
-    }}) : (tensor<{full}x8xf32>) -> tensor<2x8xf32>
-    return %1 : tensor<2x8xf32>
-  }}
-}}"""
-
-TEMPLATES = {"gather": (GATHER, all_gather_matmul), "scatter": (SCATTER, matmul_reduce_scatter)}
+TEMPLATES = {"gather": (GATHER_MODULE, all_gather_matmul),
+             "scatter": (SCATTER_MODULE, matmul_reduce_scatter)}
 
 
 def module_for(kind: str, n: int, handle: int = 1) -> ir.Module:
@@ -113,7 +93,7 @@ def test_channel_handles_exhausted_through_the_cli(tmp_path, capsys):
     from overlap_hlo.tools import overlap_opt
 
     src = tmp_path / "in.mlir"
-    src.write_text(GATHER.format(n=4, full=8, handle=INT64_MAX, group=[0, 1, 2, 3]))
+    src.write_text(GATHER_MODULE.format(n=4, full=8, handle=INT64_MAX, group=[0, 1, 2, 3]))
     out = tmp_path / "out.mlir"
     code = overlap_opt.main([str(src), "--threshold-mib=0", "--remarks", "-o", str(out)])
     err = capsys.readouterr().err

@@ -7,34 +7,15 @@ import pytest
 from jaxlib.mlir import ir
 
 import overlap_hlo
+from harness import GATHER_MODULE, SCATTER_MODULE
 from overlap_hlo.ring_plan import GATHER, SCATTER, RingPlan
-
-GATHER_MODULE = """module attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
-  func.func @f(%x: tensor<2x16xf32>, %w: tensor<16x8xf32>) -> tensor<{full}x8xf32> {{
-    %0 = "stablehlo.all_gather"(%x) <{{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[{group}]> : tensor<1x{n}xi64>, use_global_device_ids}}> : (tensor<2x16xf32>) -> tensor<{full}x16xf32>
-    %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<{full}x16xf32>, tensor<16x8xf32>) -> tensor<{full}x8xf32>
-    return %1 : tensor<{full}x8xf32>
-  }}
-}}"""
-
-SCATTER_MODULE = """module attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
-  func.func @f(%x: tensor<{full}x16xf32>, %w: tensor<16x8xf32>) -> tensor<2x8xf32> {{
-    %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<{full}x16xf32>, tensor<16x8xf32>) -> tensor<{full}x8xf32>
-    %1 = "stablehlo.reduce_scatter"(%0) <{{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[{group}]> : tensor<1x{n}xi64>, scatter_dimension = 0 : i64, use_global_device_ids}}> ({{
-    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
-      %2 = stablehlo.add %a, %b : tensor<f32>
-      stablehlo.return %2 : tensor<f32>
-    }}) : (tensor<{full}x8xf32>) -> tensor<2x8xf32>
-    return %1 : tensor<2x8xf32>
-  }}
-}}"""
 
 TEMPLATES = {GATHER: GATHER_MODULE, SCATTER: SCATTER_MODULE}
 GRID = list(itertools.product(range(2, 9), (False, True), range(1, 5)))
 
 
 def module_for(kind: str, n: int) -> ir.Module:
-    return overlap_hlo.parse(TEMPLATES[kind].format(n=n, full=2 * n, group=list(range(n))))
+    return overlap_hlo.parse(TEMPLATES[kind].format(n=n, full=2 * n, group=list(range(n)), handle=1))
 
 
 def _int(value: ir.Value) -> int:
