@@ -102,6 +102,33 @@ def partitioner(shardy: bool):
         jax.config.update("jax_use_shardy_partitioner", previous)
 
 
+def ops_named(module: ir.Module, *names: str) -> list[ir.Operation]:
+    """Every op of `module` with one of `names`, in walk order."""
+    found = []
+
+    def visit(op):
+        if op.name in names:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
+
+
+def require_libtpu() -> None:
+    """Skip the calling test module unless libtpu (the `tpu` extra) is importable, and
+    let its compiles run beside another process that holds libtpu's lock file."""
+    import importlib.util
+    import os
+
+    import pytest
+
+    if importlib.util.find_spec("libtpu") is None:
+        pytest.skip("libtpu is not installed (pip install -e '.[tpu]'): no TPU compiler",
+                    allow_module_level=True)
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+
 def op_counts(module: ir.Module) -> Counter:
     counts = Counter()
 

@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 from jaxlib.mlir import ir
 
 import overlap_hlo
-from harness import Program, check, op_counts, partitioner, run_spmd_module
+from harness import Program, check, op_counts, ops_named, partitioner, run_spmd_module
 from overlap_hlo.dominance import divergent_between, is_uniform, uniform_trip_count
 
 AG = jax.lax.all_gather
@@ -250,15 +250,7 @@ def test_scatter_ring_sits_where_the_scatter_runs():
 
 
 def _whiles(module: ir.Module) -> list[ir.Operation]:
-    found = []
-
-    def visit(op):
-        if op.name == "stablehlo.while":
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return found
+    return ops_named(module, "stablehlo.while")
 
 
 def test_trip_count_analysis_on_jax_loops():

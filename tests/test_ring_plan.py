@@ -7,7 +7,7 @@ import pytest
 from jaxlib.mlir import ir
 
 import overlap_hlo
-from harness import GATHER_MODULE, SCATTER_MODULE
+from harness import GATHER_MODULE, SCATTER_MODULE, ops_named
 from overlap_hlo.ring_plan import GATHER, SCATTER, RingPlan
 
 TEMPLATES = {GATHER: GATHER_MODULE, SCATTER: SCATTER_MODULE}
@@ -45,14 +45,7 @@ def trip_count(loop: ir.Operation) -> int:
 def structure(module: ir.Module) -> tuple[list[int], int, int]:
     """(trip counts of the while ops, permutes built, permutes executed)."""
     trips, built, executed = [], 0, 0
-    loops = []
-
-    def visit(op):
-        if op.name == "stablehlo.while":
-            loops.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    loops = ops_named(module, "stablehlo.while")
     inside = 0
     for loop in loops:
         trips.append(trip_count(loop))

@@ -4,17 +4,11 @@ its done, in every option setting; structure only, never times.
 
 Skipped only when libtpu cannot be imported (pip install -e '.[tpu]').
 """
-import importlib.util
-import os
-
 import pytest
 
-if importlib.util.find_spec("libtpu") is None:
-    pytest.skip("libtpu is not installed (pip install -e '.[tpu]'): no TPU compiler",
-                allow_module_level=True)
+from harness import require_libtpu  # noqa: E402
 
-# libtpu takes a lock file per process; let this run compile beside another one.
-os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+require_libtpu()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
