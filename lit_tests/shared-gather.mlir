@@ -149,7 +149,7 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK: %[[MK_UY:.*]] = stablehlo.dynamic_update_slice %[[MK_AY]], %[[MK_DY]],
 // CHECK: %[[MK_SE:.*]] = stablehlo.dynamic_slice %[[MK_OE]], %{{.*}}, %{{.*}}, sizes = [2, 4]
 // CHECK-NEXT: %[[MK_DZ:.*]] = stablehlo.dot_general %[[MK_CUR]], %[[MK_SE]], contracting_dims = [0] x [0] : (tensor<2x16xf32>, tensor<2x4xf32>) -> tensor<16x4xf32>
-// CHECK-NEXT: %[[MK_UZ:.*]] = stablehlo.add %[[MK_AZ]], %[[MK_DZ]]
+// CHECK-NEXT: %[[MK_UZ:.*]] = stablehlo.add %[[MK_DZ]], %[[MK_AZ]]
 // CHECK: stablehlo.return %{{.*}}, %[[MK_MOVED]], %[[MK_UY]], %[[MK_UZ]],
 // CHECK-NOT: stablehlo.while
 // CHECK: return

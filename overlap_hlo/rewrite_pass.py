@@ -205,6 +205,11 @@ class RewritePass:
                 "(groups of 2 fall back to one stream)"})
     unroll: int = field(default=1, metadata={
         "help": "ring rounds per loop iteration (the remainder is emitted after the loop)"})
+    f32_sums: bool = field(default=False, metadata={
+        "help": "overlap-all-gather-matmul: sum the partial products of a contracting "
+                "gathered dim in f32 when the result is a narrower float (default: in the "
+                "result's type, as XLA's windowed einsum does); costs an f32 buffer of the "
+                "result's size"})
 
     # The profile predictions use, loaded once per pass instance (not per site).
     profile: cost.Hardware = field(init=False, repr=False, compare=False)

@@ -15,6 +15,13 @@ all_gather ring: round k multiplies the shards of positions p+k (down stream) an
 p-k (up stream) and sends them on; round 0 holds only its own shard, the last round
 sends nothing. With two streams and even N they meet at p+N/2: the round before the
 last sends only the down stream's shard and the last multiplies it alone.
+A ring that sums products (`in_loop_sum`: a contracting gathered dim) sends on every
+stream in every round of the loop's form, the last of them included (shifts that
+nothing reads): all those rounds then run in the loop, and the sum stays in the
+loop's buffer instead of needing another buffer of the result's size for each round
+after the loop. Left after the loop: with two streams and even N, the round that
+multiplies p+N/2 alone. Rounds that fill no iteration run before the loop. Not when
+fewer than 2 rounds have the loop's form.
 
 reduce_scatter ring (pipelined): round k first adds the accumulator received during
 round k-1 to the partial product of round k-1 and sends the sum on, then computes
@@ -40,6 +47,7 @@ class RingPlan:
     group_size: int
     bidirectional: bool = False   # as asked for; groups of 2 use one stream
     unroll: int = 1
+    in_loop_sum: bool = False     # gather rings that sum products (module docstring)
 
     streams: int = field(init=False)
     blocks: tuple[int, ...] = field(init=False)   # blocks multiplied in each round
@@ -55,8 +63,12 @@ class RingPlan:
             raise ValueError(f"a ring needs 2 or more devices and unroll >= 1 "
                              f"(group size {n}, unroll {self.unroll})")
         streams = 2 if self.bidirectional and n > 2 else 1
-        build = _gather if self.kind == GATHER else _scatter
-        blocks, sends, start, stop = build(n, streams)
+        if self.kind == SCATTER:
+            blocks, sends, start, stop = _scatter(n, streams)
+        elif self.in_loop_sum:
+            blocks, sends, start, stop = _summing_gather(n, streams, self.unroll)
+        else:
+            blocks, sends, start, stop = _gather(n, streams)
         for name, value in (("streams", streams), ("blocks", tuple(blocks)),
                             ("sends", tuple(sends)), ("loop_start", min(start, stop)),
                             ("loop_stop", stop)):
@@ -91,7 +103,8 @@ class RingPlan:
 
     @property
     def transfers(self) -> int:
-        """Shifts executed (every block moves group_size - 1 times)."""
+        """Shifts executed (every block moves group_size - 1 times; in_loop_sum adds
+        one that nothing reads)."""
         return sum(self.sends)
 
     @property
@@ -127,6 +140,18 @@ def _gather(n: int, streams: int):
     blocks = [1] + [2] * (last - 1) + [1 if even else 2]
     sends = [2] * (last - 1) + [1 if even else 2] + [0]
     return blocks, sends, 1, last - 1 if even else last
+
+
+def _summing_gather(n: int, streams: int, unroll: int):
+    """Blocks, sends and loop range of an all_gather ring that sums (in_loop_sum)."""
+    blocks, sends, start, stop = _gather(n, streams)
+    # Rounds 1..uniform-1 have the loop's form once they send on every stream.
+    uniform = n if streams == 1 else n // 2 + n % 2
+    if uniform - 1 < 2 or (uniform - 1) // unroll < 1:
+        return blocks, sends, start, stop
+    for k in range(1, uniform):
+        sends[k] = streams
+    return blocks, sends, 1 + (uniform - 1) % unroll, uniform
 
 
 def _scatter(n: int, streams: int):

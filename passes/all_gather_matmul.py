@@ -9,7 +9,9 @@ index is j = (p + k) mod N:
 - gathered dim is a free dim of the dot: the step's product is block j of the result
   (written with dynamic_update_slice);
 - a contracting dim: the other operand is sliced to block j (dynamic_slice) and the
-  products are summed (in f32 for narrower float types);
+  products are summed in the result's type, as XLA's windowed einsum and a
+  reduce_scatter sum (`f32-sums`: in f32 for narrower float types, at the cost of an
+  f32 buffer of the result's size);
 - a batch dim: the other operand's batch block j is sliced and the result's batch
   block j written.
 
@@ -63,6 +65,7 @@ class Consumer:
     views: tuple[View, ...]  # between the gather and the dot, replayed on each block
     reads: tuple[ir.Value, ...]   # what the views read: scales, slice start indices
     block: int               # one shard's size along `dim` (after the views)
+    f32_sums: bool = False   # sum a contracting dim's products in f32 (narrow floats)
     anchor: ir.Operation | None = None  # where its ring goes: the dot, or the region op
                                         # (if/case, device-dependent while) it sits in
 
@@ -77,7 +80,9 @@ class Consumer:
 
     @property
     def acc_type(self) -> ir.RankedTensorType:
-        return accumulator_type(self.result_type) if self.result_dim is None else self.result_type
+        if self.result_dim is None and self.f32_sums:
+            return accumulator_type(self.result_type)
+        return self.result_type
 
     def accumulate(self, acc: ir.Value | None, shards: list[ir.Value],
                    shifts: list[tuple[int, object]], inputs: list[ir.Value],
@@ -104,7 +109,7 @@ class Consumer:
                              self.other_dim)
         operands = [viewed, other] if self.gathered == 0 else [other, viewed]
         part = b.dot_like(self.dot, *operands, self.acc_type)
-        return part if acc is None else b.add(acc, part)
+        return part if acc is None else b.add(part, acc)
 
     def block_product(self, shard: ir.Value, shift: tuple[int, object],
                       inputs: list[ir.Value], position: ir.Value, n: int
@@ -308,7 +313,7 @@ class OverlapAllGatherMatmul(RewritePass):
                                   kind="dot decomposed by a reduce_scatter ring")
         placed, unplaced = [], []
         for use in dots:
-            consumer = place(analyze(use, values, block), gather.block)
+            consumer = place(analyze(use, values, block, self.f32_sums), gather.block)
             (placed if isinstance(consumer, Consumer) else unplaced).append(consumer)
         if not placed:
             raise Unsupported(unplaced[0], kind="divergent control flow")
@@ -350,7 +355,7 @@ class OverlapAllGatherMatmul(RewritePass):
                        "keeps one buffer for their products")
         assembly = None if reused is None else Assembly(gather.results[0].type, block)
         ring_dots = [c.dot for c in consumers]
-        plan = ring_plan(ring.size, self)
+        plan = ring_plan(ring.size, self, sums=any(c.result_dim is None for c in consumers))
         decision = self.decide(gather.results[0].type, cost.SiteShape(
             ring.size, sum(flops(dot) for dot in ring_dots),
             cost.element_name(ring_dots[0].operands[0].type.element_type),
@@ -510,7 +515,8 @@ def place(consumer: Consumer, block: ir.Block) -> Consumer | str:
             f"not every device would reach a ring placed there")
 
 
-def analyze(use: ViewedUse, gathered: list[ir.Value], block: int) -> Consumer:
+def analyze(use: ViewedUse, gathered: list[ir.Value], block: int,
+            f32_sums: bool = False) -> Consumer:
     dot = use.user
     operands = [i for i, operand in enumerate(dot.operands) if operand in gathered]
     if len(operands) != 1:
@@ -518,18 +524,19 @@ def analyze(use: ViewedUse, gathered: list[ir.Value], block: int) -> Consumer:
     require_supported_types(dot.results[0].type, dot.operands[1 - operands[0]].type)
     kind, result_dim, other_dim = DotDims.of(dot).classify(operands[0], use.dim)
     return Consumer(dot, operands[0], kind, use.dim, result_dim, other_dim, use.views,
-                    tuple(use.reads), block * use.factor)
+                    tuple(use.reads), block * use.factor, f32_sums)
 
 
-def ring_plan(n: int, options: RewritePass) -> RingPlan:
-    """The schedule `emit_loop` builds for a group of `n` with these options."""
-    return RingPlan(GATHER, n, options.bidirectional, options.unroll)
+def ring_plan(n: int, options: RewritePass, sums: bool = False) -> RingPlan:
+    """The schedule `emit_loop` builds for a group of `n` with these options; `sums`:
+    a consumer sums products (a contracting gathered dim)."""
+    return RingPlan(GATHER, n, options.bidirectional, options.unroll, in_loop_sum=sums)
 
 
-def permute_count(n: int, options: RewritePass) -> int:
+def permute_count(n: int, options: RewritePass, sums: bool = False) -> int:
     """How many collective_permute ops `emit_loop` builds for one ring (each needs a
     channel handle)."""
-    return ring_plan(n, options).permutes
+    return ring_plan(n, options, sums).permutes
 
 
 def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
@@ -580,7 +587,7 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
 
 
 def accumulator_type(result_type: ir.RankedTensorType) -> ir.RankedTensorType:
-    """Sums of partial products run in f32 for float types narrower than 32 bits."""
+    """With f32-sums, partial products are summed in f32 for floats narrower than 32 bits."""
     elt = result_type.element_type
     if isinstance(elt, ir.FloatType) and elt.width < 32:
         return ir.RankedTensorType.get(result_type.shape, ir.F32Type.get())

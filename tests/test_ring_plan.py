@@ -123,3 +123,48 @@ def test_unchanged_sites_carry_the_plan_they_were_predicted_with():
     (site,) = overlap_hlo.remarks(module_for(SCATTER, 4), threshold_mib=1e9, unroll=2)
     assert not site.applied and site.plan == RingPlan(SCATTER, 4, unroll=2)
     assert site.estimate.blocks_per_round == site.plan.blocks
+
+
+@pytest.mark.parametrize("n, bidi, unroll, blocks, sends, start, stop, after", [
+    # One stream: every round but round 0 in the loop; the last one's send is unread.
+    (8, False, 1, (1,) * 8, (1,) * 8, 1, 8, ()),
+    # Unrolled: the round that fills no iteration goes before the loop.
+    (8, False, 2, (1,) * 8, (1,) * 8, 2, 8, ()),
+    (8, False, 3, (1,) * 8, (1,) * 8, 2, 8, ()),
+    # Two streams, even N: rounds 1..3 send both ways; p+4 alone follows the loop.
+    (8, True, 1, (1, 2, 2, 2, 1), (2, 2, 2, 2, 0), 1, 4, (4,)),
+    # Two streams, odd N: every round after 0 in the loop.
+    (7, True, 1, (1, 2, 2, 2), (2, 2, 2, 2), 1, 4, ()),
+    # Fewer than two rounds of the loop's form: the plain gather ring.
+    (2, False, 1, (1, 1), (1, 0), 1, 1, (1,)),
+    (4, True, 1, (1, 2, 1), (2, 1, 0), 1, 1, (1, 2)),
+])
+def test_summing_gather_rounds(n, bidi, unroll, blocks, sends, start, stop, after):
+    plan = RingPlan(GATHER, n, bidi, unroll, in_loop_sum=True)
+    assert (plan.blocks, plan.sends, plan.loop_start, plan.loop_stop) == (blocks, sends,
+                                                                          start, stop)
+    assert tuple(plan.rounds_after_loop) == after and plan.remainder == 0
+    assert sum(plan.blocks) == n                 # every block multiplied once
+    assert plan.transfers >= RingPlan(GATHER, n, bidi, unroll).transfers
+
+
+SUM_MODULE = """module attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
+  func.func @f(%x: tensor<16x2xf32>, %w: tensor<{full}x8xf32>) -> tensor<16x8xf32> {{
+    %0 = "stablehlo.all_gather"(%x) <{{all_gather_dim = 1 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[{group}]> : tensor<1x{n}xi64>, use_global_device_ids}}> : (tensor<16x2xf32>) -> tensor<16x{full}xf32>
+    %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<16x{full}xf32>, tensor<{full}x8xf32>) -> tensor<16x8xf32>
+    return %1 : tensor<16x8xf32>
+  }}
+}}"""
+
+
+def test_emitted_summing_loops_are_the_plan():
+    """A contracting gathered dim: the loops are the in_loop_sum plan's."""
+    for n, bidi, unroll in GRID:
+        module = overlap_hlo.parse(SUM_MODULE.format(n=n, full=2 * n, group=list(range(n))))
+        (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
+                                             unroll=unroll)
+        plan = RingPlan(GATHER, n, bidi, unroll, in_loop_sum=True)
+        assert site.applied and site.plan == plan, (n, bidi, unroll)
+        trips, built, executed = structure(module)
+        assert trips == ([plan.trip_count] if plan.trip_count else []), (plan, trips)
+        assert built == plan.permutes and executed == plan.transfers, plan

@@ -77,3 +77,49 @@ def test_compiled_loop_runs_the_plans_trip_count(reports, lowered, name):
     loops = [instr for comp in proto.computations.values() for instr in comp.instructions
              if instr.opcode == "while"]
     assert [schedule.trip_count(proto, loop) for loop in loops] == [plan.trip_count]
+
+
+# --- an FSDP weight gather: the gathered dim is the dot's contracting dim ----------------
+
+GATHER_PASS = "overlap-all-gather-matmul"
+SUM_OPTIONS = {"one stream": {}, "bidirectional": {"bidirectional": True},
+               "unroll=2": {"unroll": 2}}
+
+
+def fsdp(x, w):
+    return x @ jax.lax.all_gather(w, "x", axis=0, tiled=True)
+
+
+@pytest.fixture(scope="module")
+def fsdp_lowered():
+    mesh = Mesh(np.array(tpu.topology(TOPOLOGY).devices), ("x",))
+    specs = (P("x", None), P("x", None))
+    fn = jax.jit(jax.shard_map(fsdp, mesh=mesh, in_specs=specs, out_specs=P("x", None)))
+    args = [jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=NamedSharding(mesh, spec))
+            for shape, spec in zip([(8 * S, D), (D, F)], specs)]
+    return fn.lower(*args)
+
+
+@pytest.fixture(scope="module")
+def fsdp_reports(fsdp_lowered):
+    variants = {name: dict(options, threshold_mib=0) for name, options in SUM_OPTIONS.items()}
+    return report.build_variants(fsdp_lowered, TOPOLOGY, variants)
+
+
+@pytest.mark.parametrize("name", SUM_OPTIONS)
+def test_summing_gather_ring_ends_in_its_loop(fsdp_reports, fsdp_lowered, name):
+    """The sum of a contracting gather stays in the loop: the compiled loop runs the
+    plan's trip count, which covers every round of the loop's form (the last one
+    included), every permute overlaps a matmul and no all-gather is left."""
+    (site,) = overlap_hlo.remarks(fsdp_lowered.as_text(), threshold_mib=0, **SUM_OPTIONS[name])
+    plan = site.plan
+    assert site.pattern == GATHER_PASS and plan.in_loop_sum
+    assert plan.loop_end == plan.loop_stop and plan.sends[plan.loop_stop - 1] == plan.streams
+    rep = fsdp_reports[name]
+    (row,) = rep.sites
+    assert row.overlapped == row.permutes > 0, row.permute_details
+    proto = rep.rewritten.proto
+    loops = [instr for comp in proto.computations.values() for instr in comp.instructions
+             if instr.opcode == "while"]
+    assert [schedule.trip_count(proto, loop) for loop in loops] == [plan.trip_count]
+    assert not {c.opcode for c in rep.rewritten.collectives} & {"all-gather"}

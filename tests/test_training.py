@@ -47,11 +47,14 @@ def fsdp(x, w):
     return jnp.tanh(x @ AG(w, "x", axis=0, tiled=True) / 8.0)   # unit-scale pre-activations
 
 
-def ring_permutes(n: int, options, gathers: int, scatters: int) -> int:
-    """Permutes of `gathers` all_gather rings and `scatters` reduce_scatter rings."""
+def ring_permutes(n: int, options, gathers: int, scatters: int, summing: int = 0) -> int:
+    """Permutes of `gathers` all_gather rings (`summing` of them sum products of a
+    contracting dim, with sends in every round of the loop's form) and `scatters`
+    reduce_scatter rings."""
     bidirectional, unroll = options
     opts = OverlapAllGatherMatmul(bidirectional=bidirectional, unroll=unroll)
-    return (gathers * all_gather_matmul.permute_count(n, opts)
+    return ((gathers - summing) * all_gather_matmul.permute_count(n, opts)
+            + summing * all_gather_matmul.permute_count(n, opts, sums=True)
             + scatters * matmul_reduce_scatter.permute_count(n, opts))
 
 
@@ -67,8 +70,10 @@ def test_sequence_parallel_mlp_gradient(options):
     prog = Program(grad_of(sp_mlp, (0, 1, 2)), (8,), ("x",), MLP_INPUTS,
                    (P("x"), P(None, "x"), P("x")))
     counts = check(prog, rewritten=4, pipeline=pipeline(options))
-    # One ring per collective: the forward gather's ring serves the weight gradient.
-    assert counts["stablehlo.collective_permute"] == ring_permutes(8, options, 2, 2)
+    # One ring per collective: the forward gather's ring serves the weight gradient
+    # (which reads the buffer it assembles); the backward gather's ring sums the
+    # gradient of w2 (its gathered dim contracting).
+    assert counts["stablehlo.collective_permute"] == ring_permutes(8, options, 2, 2, summing=1)
 
 
 @pytest.mark.parametrize("options", OPTIONS[:2])

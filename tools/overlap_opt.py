@@ -34,7 +34,8 @@ from jaxlib.mlir import ir
 import overlap_hlo
 from overlap_hlo import compat
 from overlap_hlo.large_stack import on_large_stack
-from overlap_hlo.api import BYTECODE_MAGIC, UTF8_BOM, InputError, unchanged_summary
+from overlap_hlo.api import (BYTECODE_MAGIC, UTF8_BOM, InputError, pass_defaults,
+                             unchanged_summary)
 from overlap_hlo.locations import describe, file_line_col
 from overlap_hlo.pipeline import PipelineError, build_pass_manager, registered_passes
 from overlap_hlo.cost import PROFILES
@@ -107,18 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="pipeline such as 'builtin.module(overlap-all-gather-matmul"
                              "{threshold-mib=4},canonicalize,cse)' (default: "
                              "%(default)s)")
-    parser.add_argument("--threshold-mib", type=_threshold, default=None, metavar="MIB",
-                        help="threshold-mib of every overlap pass the pipeline text "
-                             "leaves unset: sites communicating less are left unchanged "
-                             f"(default: {overlap_hlo.DEFAULT_THRESHOLD_MIB:g} MiB)")
-    parser.add_argument("--hardware", metavar="NAME|FILE.json",
-                        help="decide each site by the cost model for this hardware profile "
-                             f"({', '.join(PROFILES)}) or a JSON profile file; an explicit "
-                             "--threshold-mib overrides it")
-    parser.add_argument("--bidirectional", action="store_const", const=True, default=None,
-                        help="rings in both directions (about N/2 rounds)")
-    parser.add_argument("--unroll", type=_unroll, metavar="N",
-                        help="ring rounds per loop iteration (default 1)")
+    add_pass_flags(parser)
     parser.add_argument("--remarks", action="store_true",
                         help="report every candidate site: what it is, whether it was "
                              "rewritten (or why not) and its predicted times")
@@ -175,6 +165,33 @@ def _at_least(kind: type, low, name: str):
 
 _threshold = _at_least(float, 0, "a number")
 _unroll = _at_least(int, 1, "an integer")
+
+
+def add_pass_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that set options of every overlap pass the pipeline text leaves unset
+    (overlap-opt's; overlap-report has the same)."""
+    parser.add_argument("--threshold-mib", type=_threshold, default=None, metavar="MIB",
+                        help="sites communicating less are left unchanged "
+                             f"(default: {overlap_hlo.DEFAULT_THRESHOLD_MIB:g} MiB)")
+    parser.add_argument("--hardware", metavar="NAME|FILE.json",
+                        help="decide each site by the cost model for this hardware profile "
+                             f"({', '.join(PROFILES)}) or a JSON profile file; an explicit "
+                             "--threshold-mib overrides it")
+    parser.add_argument("--bidirectional", action="store_const", const=True, default=None,
+                        help="rings in both directions (about N/2 rounds)")
+    parser.add_argument("--unroll", type=_unroll, metavar="N",
+                        help="ring rounds per loop iteration (default 1)")
+    parser.add_argument("--f32-sums", action="store_const", const=True, default=None,
+                        help="sum the partial products of a contracting gathered dim in "
+                             "f32 for bf16/f16 results (default: in the result's type)")
+
+
+def pass_flags(args: argparse.Namespace) -> dict:
+    """The pass options `add_pass_flags` set, as keyword options (unset ones left out)."""
+    given = {"threshold_mib": args.threshold_mib, "hardware": args.hardware,
+             "bidirectional": args.bidirectional, "unroll": args.unroll,
+             "f32_sums": args.f32_sums}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def _boolean(text: str) -> bool:
@@ -357,10 +374,7 @@ class Driver:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.input_name = STDIN_NAME if args.input == "-" else args.input
-        given = {"threshold-mib": args.threshold_mib, "hardware": args.hardware,
-                 "bidirectional": args.bidirectional, "unroll": args.unroll}
-        self.defaults = {key: str(value).lower() if isinstance(value, bool) else str(value)
-                         for key, value in given.items() if value is not None}
+        self.defaults = pass_defaults(pass_flags(args), PROG)
         self.diagnostics: list[Diagnostic] = []
         self.context: ir.Context | None = None
         self.sites: list[Site] = []   # every chunk's, for --pass-statistics

@@ -1,7 +1,7 @@
 """overlap-report: compile a module for a TPU slice before and after the rewrite and
 report, per site, what the TPU compiler's schedule overlaps.
 
-    overlap-report IN --tpu=v5e:2x4 [--bidirectional] [--unroll=U] [--threshold-mib=F]
+    overlap-report IN --tpu=v5e:2x4 [--bidirectional] [--unroll=U] [--threshold-mib=F] [--f32-sums]
                    [--hardware=NAME] [--pass-pipeline=P] [--json OUT] [--timeline OUT.svg]
 
 Needs libtpu (pip install 'overlap-hlo[tpu]'); --timeline needs matplotlib (the `bench`
@@ -25,7 +25,7 @@ from overlap_hlo.locations import describe
 from overlap_hlo.pipeline import PipelineError, build_pass_manager
 from overlap_hlo.rewrite_pass import SiteLog
 
-from .overlap_opt import _threshold, _unroll
+from .overlap_opt import add_pass_flags, pass_flags
 
 PROG = "overlap-report"
 STDIN_NAME = "<stdin>"
@@ -60,12 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "v4:2x2x1")
     parser.add_argument("--pass-pipeline", default=overlap_hlo.DEFAULT_PIPELINE,
                         metavar="PIPELINE", help="as for overlap-opt (default: %(default)s)")
-    parser.add_argument("--threshold-mib", type=_threshold, metavar="MIB",
-                        help="as for overlap-opt")
-    parser.add_argument("--hardware", metavar="NAME|FILE.json", help="as for overlap-opt")
-    parser.add_argument("--bidirectional", action="store_const", const=True, default=None,
-                        help="as for overlap-opt")
-    parser.add_argument("--unroll", type=_unroll, metavar="N", help="as for overlap-opt")
+    add_pass_flags(parser)
     parser.add_argument("--json", metavar="OUT", help="write the report as JSON")
     parser.add_argument("--timeline", metavar="OUT.svg|OUT.png",
                         help="draw the modelled schedules, before and after (needs "
@@ -106,9 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     from overlap_hlo import report, tpu
 
-    options = {"threshold_mib": args.threshold_mib, "hardware": args.hardware,
-               "bidirectional": args.bidirectional, "unroll": args.unroll}
-    options = {k: v for k, v in options.items() if v is not None}
+    options = pass_flags(args)
     _check_pipeline(args.pass_pipeline, options)
     for path in (args.json, args.timeline):
         _check_output_path(path)
