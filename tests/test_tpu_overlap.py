@@ -34,15 +34,19 @@ def down_projection(h, w):
     return jax.lax.psum_scatter(h @ w, "x", scatter_dimension=1, tiled=True)
 
 
+def lower(body, shapes, specs, out_spec):
+    """`body` under shard_map on the topology's 8 devices, lowered for bf16 inputs."""
+    mesh = Mesh(np.array(tpu.topology(TOPOLOGY).devices), ("x",))
+    fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=out_spec))
+    args = [jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=NamedSharding(mesh, spec))
+            for shape, spec in zip(shapes, specs)]
+    return fn.lower(*args)
+
+
 @pytest.fixture(scope="module")
 def lowered():
-    mesh = Mesh(np.array(tpu.topology(TOPOLOGY).devices), ("x",))
-    specs = (P(None, None, "x"), P("x", None))
-    fn = jax.jit(jax.shard_map(down_projection, mesh=mesh, in_specs=specs,
-                               out_specs=P(None, "x")))
-    args = [jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=NamedSharding(mesh, spec))
-            for shape, spec in zip([(B, S, F), (F, D)], specs)]
-    return fn.lower(*args)
+    return lower(down_projection, [(B, S, F), (F, D)], (P(None, None, "x"), P("x", None)),
+                 P(None, "x"))
 
 
 @pytest.fixture(scope="module")
@@ -92,12 +96,7 @@ def fsdp(x, w):
 
 @pytest.fixture(scope="module")
 def fsdp_lowered():
-    mesh = Mesh(np.array(tpu.topology(TOPOLOGY).devices), ("x",))
-    specs = (P("x", None), P("x", None))
-    fn = jax.jit(jax.shard_map(fsdp, mesh=mesh, in_specs=specs, out_specs=P("x", None)))
-    args = [jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=NamedSharding(mesh, spec))
-            for shape, spec in zip([(8 * S, D), (D, F)], specs)]
-    return fn.lower(*args)
+    return lower(fsdp, [(8 * S, D), (D, F)], (P("x", None), P("x", None)), P("x", None))
 
 
 @pytest.fixture(scope="module")
