@@ -360,7 +360,7 @@ class _Walker:
             elif op in ASYNC_DONES:
                 t = self.finish_transfer(instr, computation, index, t)
             elif op in SYNC_COLLECTIVES:
-                t = self.sync_collective(instr, t)
+                t = self.sync_collective(instr, computation, t)
             else:
                 t = self.compute(instr, t)
         return t
@@ -457,35 +457,44 @@ class _Walker:
         self.result.exposed_us += wait
         self.result.exposed_by_location[location] += wait
         if op == "collective-permute":
-            permute = self.permutes.get(start.name)
-            if permute is None:
-                between = self.window(flight, computation, done_index)
-                window = [i for i in between if i.estimated_cycles()]
-                permute = self.permutes[start.name] = Permute(
-                    start.name, flight.computation, location, nbytes, duration,
-                    tuple(i.name for i in window), sum(i.estimated_cycles() for i in window),
-                    any(self.is_matmul(i) or self.loop_has_matmul(i) for i in between),
-                    flight.lane)
-                self.result.permutes.append(permute)
-            permute.executions += 1
-            permute.exposed_us += wait
+            between = ([] if start.name in self.permutes
+                       else self.window(flight, computation, done_index))
+            self.note_permute(start, flight.computation, location, nbytes, duration, between,
+                              flight.lane).exposed_us += wait
         else:
             self.note_collective(start, op, nbytes, duration, wait)
         return max(t, end)
 
-    def sync_collective(self, instr: Instruction, t: float) -> float:
+    def sync_collective(self, instr: Instruction, computation: str, t: float) -> float:
         op, in_bytes, out_bytes = self.transfer_bytes(instr)
         duration = self.transfer_us(instr, op, in_bytes, out_bytes)
         self.span("compute", t, t + duration, instr, "wait")
         self.span(self.lane(("*",)), t, t + duration, instr, "collective")
         self.result.exposed_us += duration
         self.result.exposed_by_location[self.location(instr)] += duration
-        self.note_collective(instr, op, max(in_bytes, out_bytes), duration, duration)
+        if op == "collective-permute":   # synchronous: a permute that overlaps nothing
+            self.note_permute(instr, computation, self.location(instr), in_bytes, duration,
+                              []).exposed_us += duration
+        else:
+            self.note_collective(instr, op, max(in_bytes, out_bytes), duration, duration)
         return t + duration
 
+    def note_permute(self, start: Instruction, computation: str, location: str, nbytes: int,
+                     duration: float, between: list[Instruction], lane: str = "") -> Permute:
+        """The Permute of `start` (made at its first execution), one execution more."""
+        permute = self.permutes.get(start.name)
+        if permute is None:
+            window = [i for i in between if i.estimated_cycles()]
+            permute = self.permutes[start.name] = Permute(
+                start.name, computation, location, nbytes,
+                duration, tuple(i.name for i in window),
+                sum(i.estimated_cycles() for i in window),
+                any(self.is_matmul(i) or self.loop_has_matmul(i) for i in between), lane)
+            self.result.permutes.append(permute)
+        permute.executions += 1
+        return permute
+
     def note_collective(self, instr, op, nbytes, duration, exposed):
-        if op == "collective-permute" and instr.opcode == "collective-permute":
-            op = "collective-permute (synchronous)"
         entry = self.collectives.get(instr.name)
         if entry is None:
             entry = self.collectives[instr.name] = Collective(

@@ -246,3 +246,28 @@ def test_overlap_opt_stays_off_libtpu(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
+
+
+def test_synchronous_permutes_count_as_exposed():
+    """On v5e slices of 32 chips and more the TPU compiler keeps collective-permutes
+    synchronous: the schedule counts each as a permute that overlaps nothing, not as a
+    collective left."""
+    topo = tpu.topology("v5e:8x8")
+    mesh = Mesh(np.array(topo.devices), ("x",))
+
+    def shift(x, w):
+        moved = jax.lax.ppermute(x, "x", [(i, (i + 1) % 64) for i in range(64)])
+        return moved @ w
+
+    fn = jax.jit(jax.shard_map(shift, mesh=mesh, in_specs=(P("x"), P()), out_specs=P("x")))
+    args = [jax.ShapeDtypeStruct(s, jnp.bfloat16, sharding=NamedSharding(mesh, spec))
+            for s, spec in (((64 * 256, 256), P("x")), ((256, 256), P()))]
+    compiled = tpu.compile_module(tpu.as_module(fn.lower(*args)), topo)
+    timing = schedule.Timing(topo.hardware, topo.chip.clock_ghz, topo.device_count)
+    analysis = report.analyze(compiled, timing)
+    opcodes = compiled_opcodes(analysis)
+    assert "HloOpcode.kCollectivePermute" in opcodes, opcodes
+    assert "HloOpcode.kCollectivePermuteStart" not in opcodes, opcodes
+    (permute,) = analysis.permutes
+    assert not permute.overlapped and permute.executions == 1 and permute.exposed_us > 0
+    assert not analysis.collectives
