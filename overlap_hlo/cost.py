@@ -14,9 +14,13 @@ bidirectional ring (whose two shifts use both directions of the links, so a roun
 still costs one T_m). T_c = FLOPs / (peak FLOP/s for the element type x matmul
 efficiency); T_m = latency + bytes / (one-direction link bandwidth x link
 efficiency); T_m2 is the same with both directions of the links (the library
-collective is given its best case: a bidirectional ring). A site is decomposed when
-the decomposed time beats the original by `margin`. Every figure is a prediction
-from datasheet numbers, not a measurement.
+collective is given its best case: a bidirectional ring). The step overhead of a
+round is a fixed time plus a time per MiB of the shifted block (the round's slices,
+copies and, in a scatter ring, the accumulator's add). A site is decomposed when
+the decomposed time beats the original by `margin`. Every figure is a prediction,
+not a measurement: peaks and links are datasheet numbers; the tpu-* profiles'
+matmul efficiency and overheads are fitted to the TPU compiler's own estimates
+(`CALIBRATED`, made by benchmarks/calibrate.py), the other profiles' are guesses.
 """
 from __future__ import annotations
 
@@ -44,10 +48,15 @@ class Hardware:
     matmul_efficiency: float = 0.7
     link_efficiency: float = 0.8
     source: str = ""
+    step_us_per_mib: float = 0.0  # per ring round and MiB of the block (its copies, adds)
 
     def matmul_us(self, flops: float, element_type: str) -> float:
         peak = self.tflops.get(element_type) or self.tflops.get("default") or min(self.tflops.values())
         return flops / (peak * 1e12 * self.matmul_efficiency) * 1e6
+
+    def step_us(self, block_bytes: float) -> float:
+        """The overhead of one ring round shifting blocks of `block_bytes`."""
+        return self.step_overhead_us + self.step_us_per_mib * block_bytes / 2**20
 
     def shift_us(self, nbytes: float, directions: int = 1) -> float:
         """One step of a ring moving `nbytes` per device, over 1 or 2 link directions."""
@@ -89,7 +98,7 @@ class Hardware:
             if not _number(getattr(self, name)) or getattr(self, name) <= 0:
                 raise ValueError(f"{where}: '{name}' must be a positive number")
             figures[name] = getattr(self, name)
-        for name in ("latency_us", "step_overhead_us", "loop_overhead_us"):
+        for name in ("latency_us", "step_overhead_us", "loop_overhead_us", "step_us_per_mib"):
             if not _number(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"{where}: '{name}' must be a number >= 0")
             figures[name] = getattr(self, name)
@@ -157,23 +166,47 @@ def _read_json(path: str):
 
 
 _GPU = dict(latency_us=10.0, step_overhead_us=3.0, loop_overhead_us=5.0)
-_TPU = dict(latency_us=5.0, step_overhead_us=1.0, loop_overhead_us=2.0)
+_TPU_LATENCY_US = 5.0
+# The tpu-* profiles' compute-side figures before calibration (guesses, not datasheet).
+TPU_GUESSES = dict(matmul_efficiency=0.7, step_overhead_us=1.0, step_us_per_mib=0.0,
+                   loop_overhead_us=2.0)
+# Fitted to the schedule of the TPU compiler's estimated_cycles by
+# benchmarks/calibrate.py --write (benchmarks/results/calibration.json holds the same).
+CALIBRATION = "calibrated on libtpu 0.0.50.1 estimated_cycles (benchmarks/calibrate.py, 2026-12-01)"
+CALIBRATED = {
+    "tpu-v4": {"matmul_efficiency": 0.371, "step_overhead_us": 1.01, "step_us_per_mib": 5.17,
+              "loop_overhead_us": 0.0},
+    "tpu-v5e": {"matmul_efficiency": 0.923, "step_overhead_us": 0.57, "step_us_per_mib": 3.15,
+               "loop_overhead_us": 0.0},
+    "tpu-v5p": {"matmul_efficiency": 0.745, "step_overhead_us": 1.52, "step_us_per_mib": 1.89,
+               "loop_overhead_us": 0.0},
+    "tpu-v6e": {"matmul_efficiency": 0.866, "step_overhead_us": 0.7, "step_us_per_mib": 1.71,
+               "loop_overhead_us": 0.0},
+}
+
+
+def _tpu(name: str, tflops: dict, link_gbps: float, datasheet: str) -> Hardware:
+    """A tpu-* profile: datasheet peaks and links, calibrated compute-side figures."""
+    return Hardware(name, tflops, link_gbps=link_gbps, latency_us=_TPU_LATENCY_US,
+                    **CALIBRATED[name], source=f"{datasheet}; compute-side figures "
+                    f"(matmul efficiency, overheads) {CALIBRATION}")
+
 
 PROFILES: dict[str, Hardware] = {p.name: p for p in [
-    Hardware("tpu-v4", {"bf16": 275, "f32": 275, "int8": 275}, link_gbps=50, **_TPU,
-             source="cloud.google.com/tpu/docs/v4: 275 TFLOP/s bf16/int8 per chip; "
-                    "ICI 50 GB/s per link per direction (Jouppi et al., ISCA 2023, six links)"),
-    Hardware("tpu-v5e", {"bf16": 197, "f32": 197, "int8": 393}, link_gbps=50, **_TPU,
-             source="cloud.google.com/tpu/docs/v5e: 197 TFLOP/s bf16, 393 TOP/s int8; "
-                    "ICI 400 GB/s bidirectional per chip over 4 ports = 50 GB/s per port "
-                    "per direction"),
-    Hardware("tpu-v5p", {"bf16": 459, "f32": 459, "int8": 918}, link_gbps=100, **_TPU,
-             source="cloud.google.com/tpu/docs/v5p: 459 TFLOP/s bf16; ICI 4800 Gbps "
-                    "(600 GB/s) per chip over 6 ports = 100 GB/s per port per direction"),
-    Hardware("tpu-v6e", {"bf16": 918, "f32": 918, "int8": 1836}, link_gbps=100, **_TPU,
-             source="cloud.google.com/tpu/docs/v6e: 918 TFLOP/s bf16, 1836 TOP/s int8; "
-                    "ICI 800 GB/s bidirectional per chip over 4 ports = 100 GB/s per port "
-                    "per direction"),
+    _tpu("tpu-v4", {"bf16": 275, "f32": 275, "int8": 275}, 50,
+         "cloud.google.com/tpu/docs/v4: 275 TFLOP/s bf16/int8 per chip; "
+         "ICI 50 GB/s per link per direction (Jouppi et al., ISCA 2023, six links)"),
+    _tpu("tpu-v5e", {"bf16": 197, "f32": 197, "int8": 393}, 50,
+         "cloud.google.com/tpu/docs/v5e: 197 TFLOP/s bf16, 393 TOP/s int8; "
+         "ICI 400 GB/s bidirectional per chip over 4 ports = 50 GB/s per port "
+         "per direction"),
+    _tpu("tpu-v5p", {"bf16": 459, "f32": 459, "int8": 918}, 100,
+         "cloud.google.com/tpu/docs/v5p: 459 TFLOP/s bf16; ICI 4800 Gbps "
+         "(600 GB/s) per chip over 6 ports = 100 GB/s per port per direction"),
+    _tpu("tpu-v6e", {"bf16": 918, "f32": 918, "int8": 1836}, 100,
+         "cloud.google.com/tpu/docs/v6e: 918 TFLOP/s bf16, 1836 TOP/s int8; "
+         "ICI 800 GB/s bidirectional per chip over 4 ports = 100 GB/s per port "
+         "per direction"),
     Hardware("h100-sxm", {"bf16": 989, "f16": 989, "f32": 494, "f8": 1979, "int8": 1979},
              link_gbps=450, **_GPU,
              source="NVIDIA H100 datasheet (SXM, dense): 989 TFLOP/s bf16/fp16, 494 tf32, "
@@ -253,11 +286,12 @@ def estimate(site: SiteShape, hw: Hardware) -> Estimate:
     before = (n - 1) * hw.shift_us(site.block_bytes, directions=2) + n * t_c
     after = sum(max(blocks * t_c, t_m if sends else 0.0)
                 for blocks, sends in zip(plan.blocks, plan.sends))
-    after += plan.rounds * hw.step_overhead_us + plan.trip_count * hw.loop_overhead_us
+    step = hw.step_us(site.block_bytes)
+    after += plan.rounds * step + plan.trip_count * hw.loop_overhead_us
     idle = plan.idle_rounds[0] if plan.idle_rounds else -1
     return Estimate(before, after, hw.name, n, t_c, t_m,
                     hw.shift_us(site.block_bytes, directions=2), plan.blocks,
-                    idle, hw.step_overhead_us, plan)
+                    idle, step, plan)
 
 
 def element_name(element_type) -> str:
