@@ -51,7 +51,8 @@ SLICES = {"tpu-v4": "v4:2x2x1", "tpu-v5e": "v5e:2x4", "tpu-v5p": "v5p:2x2x2",
           "tpu-v6e": "v6e:2x4"}
 VARIANTS = {"default": {"threshold_mib": 0},
             "bidirectional": {"threshold_mib": 0, "bidirectional": True}}
-FITTED = ("matmul_efficiency", "step_overhead_us", "step_us_per_mib", "loop_overhead_us")
+OVERHEADS = ("step_overhead_us", "step_us_per_mib", "loop_overhead_us")
+FITTED = ("matmul_efficiency", *OVERHEADS)
 EFFICIENCIES = np.linspace(0.05, 1.0, 191)   # the scan; refined around its best point
 # (batch, seq, d_model, hidden) of benchmarks/tpu.py's Dims: the paper's, a quarter of
 # its tokens, the quick dims; held out: two sizes between them.
@@ -110,9 +111,6 @@ def errors(samples: list[Sample], hw: cost.Hardware) -> np.ndarray:
 
 
 # --- the fit ---------------------------------------------------------------------------
-
-OVERHEADS = ("step_overhead_us", "step_us_per_mib", "loop_overhead_us")
-
 
 def overhead_terms(sample: Sample) -> list[float]:
     """What each of OVERHEADS is multiplied by in the site's predicted after."""
