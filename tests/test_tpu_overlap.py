@@ -49,10 +49,15 @@ def lowered():
                  P(None, "x"))
 
 
+def variant_reports(lowered, options: dict) -> dict:
+    """One report per option setting, every site rewritten."""
+    variants = {name: dict(opts, threshold_mib=0) for name, opts in options.items()}
+    return report.build_variants(lowered, TOPOLOGY, variants)
+
+
 @pytest.fixture(scope="module")
 def reports(lowered):
-    variants = {name: dict(options, threshold_mib=0) for name, options in OPTIONS.items()}
-    return report.build_variants(lowered, TOPOLOGY, variants)
+    return variant_reports(lowered, OPTIONS)
 
 
 @pytest.mark.parametrize("name", OPTIONS)
@@ -101,8 +106,7 @@ def fsdp_lowered():
 
 @pytest.fixture(scope="module")
 def fsdp_reports(fsdp_lowered):
-    variants = {name: dict(options, threshold_mib=0) for name, options in SUM_OPTIONS.items()}
-    return report.build_variants(fsdp_lowered, TOPOLOGY, variants)
+    return variant_reports(fsdp_lowered, SUM_OPTIONS)
 
 
 @pytest.mark.parametrize("name", SUM_OPTIONS)
