@@ -26,7 +26,8 @@
 // Round 1 sends only the down shard on (handle 4) while a dot for each received
 // shard writes blocks p + 1 and p + 3 (= p - 1): the result blocks are disjoint, so
 // the shards are not concatenated (that would copy them into a buffer of twice
-// their size). Round 2 multiplies round 1's down shard (block p + 2).
+// their size). Round 2 multiplies round 1's down shard (block p + 2). Round 1's
+// shards and round 0's result pass one optimization_barrier before its permute.
 // CHECK-LABEL: func.func @ag_free_lhs_4
 // CHECK-SAME: (%[[A4_X:.*]]: tensor<2x16xf32>, %[[A4_W:.*]]: tensor<16x8xf32>)
 // CHECK-NOT: stablehlo.all_gather
@@ -37,19 +38,20 @@
 // CHECK: %[[A4_ACC0:.*]] = stablehlo.dynamic_update_slice %{{.*}}, %[[A4_P0]],
 // CHECK-NEXT: %[[A4_DOWN0:.*]] = "stablehlo.collective_permute"(%[[A4_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]> : tensor<4x2xi64>}>
 // CHECK-NEXT: %[[A4_UP0:.*]] = "stablehlo.collective_permute"(%[[A4_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0]]> : tensor<4x2xi64>}>
-// CHECK-NEXT: %[[A4_DOWN1:.*]] = "stablehlo.collective_permute"(%[[A4_DOWN0]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]> : tensor<4x2xi64>}>
+// CHECK-NEXT: %[[A4_DOWN0_T:.*]]:3 = stablehlo.optimization_barrier %[[A4_DOWN0]], %[[A4_UP0]], %[[A4_ACC0]]
+// CHECK-NEXT: %[[A4_DOWN1:.*]] = "stablehlo.collective_permute"(%[[A4_DOWN0_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]> : tensor<4x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[A4_ONE:.*]] = stablehlo.constant dense<1> : tensor<i32>
 // CHECK-NEXT: %[[A4_JD:.*]] = stablehlo.add %[[A4_POS]], %[[A4_ONE]] : tensor<i32>
 // CHECK: %[[A4_MD:.*]] = stablehlo.remainder %[[A4_JD]], %{{[^ ]+}}
 // CHECK: %[[A4_OFFD:.*]] = stablehlo.multiply %[[A4_MD]], %{{[^ ]+}}
-// CHECK-NEXT: %[[A4_HD:.*]] = stablehlo.dot_general %[[A4_DOWN0]], %[[A4_W]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
-// CHECK-NEXT: %[[A4_U1:.*]] = stablehlo.dynamic_update_slice %[[A4_ACC0]], %[[A4_HD]], %[[A4_OFFD]], %{{[^ ]+}}
+// CHECK-NEXT: %[[A4_HD:.*]] = stablehlo.dot_general %[[A4_DOWN0_T]]#0, %[[A4_W]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[A4_U1:.*]] = stablehlo.dynamic_update_slice %[[A4_DOWN0_T]]#2, %[[A4_HD]], %[[A4_OFFD]], %{{[^ ]+}}
 // CHECK: %[[A4_THREE:.*]] = stablehlo.constant dense<3> : tensor<i32>
 // CHECK-NEXT: %[[A4_JU:.*]] = stablehlo.add %[[A4_POS]], %[[A4_THREE]] : tensor<i32>
 // CHECK: %[[A4_MU:.*]] = stablehlo.remainder %[[A4_JU]], %{{[^ ]+}}
 // CHECK: %[[A4_OFFU:.*]] = stablehlo.multiply %[[A4_MU]], %{{[^ ]+}}
-// CHECK-NEXT: %[[A4_HU:.*]] = stablehlo.dot_general %[[A4_UP0]], %[[A4_W]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %[[A4_HU:.*]] = stablehlo.dot_general %[[A4_DOWN0_T]]#1, %[[A4_W]], contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
 // CHECK-NEXT: %[[A4_U2:.*]] = stablehlo.dynamic_update_slice %[[A4_U1]], %[[A4_HU]], %[[A4_OFFU]], %{{[^ ]+}}
 // CHECK-NOT: stablehlo.concatenate
 // CHECK-NEXT: %[[A4_JL:.*]] = stablehlo.add %[[A4_POS]], %[[A4_TWO]] : tensor<i32>
@@ -68,6 +70,7 @@
 // SENDS-NOT: stablehlo.while
 // SENDS: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]
 // SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0]]
+// SENDS-NEXT: stablehlo.optimization_barrier
 // SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]
 // SENDS-NOT: {{stablehlo.while|collective_permute}}
 // SENDS: return
@@ -242,7 +245,8 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: %[[CR4_ACC0:.*]] = stablehlo.dot_general %[[CR4_S0]], %[[CR4_X]], contracting_dims = [1] x [0] : (tensor<8x4xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
 // CHECK-NEXT: %[[CR4_DOWN0:.*]] = "stablehlo.collective_permute"(%[[CR4_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
 // CHECK-NEXT: %[[CR4_UP0:.*]] = "stablehlo.collective_permute"(%[[CR4_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 2], [2, 4], [4, 6], [6, 0], [1, 3], [3, 5], [5, 7], [7, 1]]>
-// CHECK-NEXT: %[[CR4_DOWN1:.*]] = "stablehlo.collective_permute"(%[[CR4_DOWN0]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
+// CHECK-NEXT: %[[CR4_DOWN0_T:.*]]:3 = stablehlo.optimization_barrier %[[CR4_DOWN0]], %[[CR4_UP0]], %[[CR4_ACC0]]
+// CHECK-NEXT: %[[CR4_DOWN1:.*]] = "stablehlo.collective_permute"(%[[CR4_DOWN0_T]]#0) {{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[CR4_ONE:.*]] = stablehlo.constant dense<1> : tensor<i32>
 // CHECK-NEXT: %[[CR4_J1:.*]] = stablehlo.add %[[CR4_POS]], %[[CR4_ONE]] : tensor<i32>
@@ -252,12 +256,12 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: %[[CR4_J3:.*]] = stablehlo.add %[[CR4_POS]], %[[CR4_THREE]] : tensor<i32>
 // CHECK: %[[CR4_M3:.*]] = stablehlo.remainder %[[CR4_J3]], %{{[^ ]+}}
 // CHECK: %[[CR4_OFF3:.*]] = stablehlo.multiply %[[CR4_M3]], %{{[^ ]+}}
-// CHECK-NEXT: %[[CR4_CAT:.*]] = stablehlo.concatenate %[[CR4_DOWN0]], %[[CR4_UP0]], dim = 0 : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+// CHECK-NEXT: %[[CR4_CAT:.*]] = stablehlo.concatenate %[[CR4_DOWN0_T]]#0, %[[CR4_DOWN0_T]]#1, dim = 0 : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
 // CHECK: %[[CR4_S1:.*]] = stablehlo.dynamic_slice %[[CR4_A]], %{{[^ ]+}}, %[[CR4_OFF1]], sizes = [8, 4]
 // CHECK: %[[CR4_S3:.*]] = stablehlo.dynamic_slice %[[CR4_A]], %{{[^ ]+}}, %[[CR4_OFF3]], sizes = [8, 4]
 // CHECK-NEXT: %[[CR4_ACAT:.*]] = stablehlo.concatenate %[[CR4_S1]], %[[CR4_S3]], dim = 1 : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x8xf32>
 // CHECK-NEXT: %[[CR4_PART:.*]] = stablehlo.dot_general %[[CR4_ACAT]], %[[CR4_CAT]], contracting_dims = [1] x [0]
-// CHECK-NEXT: %[[CR4_SUM:.*]] = stablehlo.add %[[CR4_PART]], %[[CR4_ACC0]] : tensor<8x8xf32>
+// CHECK-NEXT: %[[CR4_SUM:.*]] = stablehlo.add %[[CR4_PART]], %[[CR4_DOWN0_T]]#2 : tensor<8x8xf32>
 // CHECK: %[[CR4_TWO:.*]] = stablehlo.constant dense<2> : tensor<i32>
 // CHECK-NEXT: %[[CR4_J2:.*]] = stablehlo.add %[[CR4_POS]], %[[CR4_TWO]] : tensor<i32>
 // CHECK: %[[CR4_M2:.*]] = stablehlo.remainder %[[CR4_J2]], %{{[^ ]+}}
@@ -270,6 +274,7 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // SENDS-NOT: stablehlo.while
 // SENDS: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4]
 // SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 2], [2, 4], [4, 6], [6, 0]
+// SENDS-NEXT: stablehlo.optimization_barrier
 // SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4]
 // SENDS-NOT: {{stablehlo.while|collective_permute}}
 // SENDS: return
@@ -294,15 +299,16 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK: %[[B4_ACC0:.*]] = stablehlo.dynamic_update_slice
 // CHECK-NEXT: %[[B4_DOWN0:.*]] = "stablehlo.collective_permute"(%[[B4_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]>
 // CHECK-NEXT: %[[B4_UP0:.*]] = "stablehlo.collective_permute"(%[[B4_X]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4]]>
-// CHECK-NEXT: %[[B4_DOWN1:.*]] = "stablehlo.collective_permute"(%[[B4_DOWN0]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]>
+// CHECK-NEXT: %[[B4_DOWN0_T:.*]]:3 = stablehlo.optimization_barrier %[[B4_DOWN0]], %[[B4_UP0]], %[[B4_ACC0]]
+// CHECK-NEXT: %[[B4_DOWN1:.*]] = "stablehlo.collective_permute"(%[[B4_DOWN0_T]]#0) {{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[B4_OFFD:.*]] = stablehlo.multiply
 // CHECK-NEXT: %[[B4_SD:.*]] = stablehlo.dynamic_slice %[[B4_W]], %[[B4_OFFD]], %{{.*}}, %{{.*}}, sizes = [1, 16, 8]
-// CHECK-NEXT: %[[B4_HD:.*]] = stablehlo.dot_general %[[B4_DOWN0]], %[[B4_SD]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<1x4x16xf32>, tensor<1x16x8xf32>) -> tensor<1x4x8xf32>
-// CHECK-NEXT: %[[B4_U1:.*]] = stablehlo.dynamic_update_slice %[[B4_ACC0]], %[[B4_HD]], %[[B4_OFFD]],
+// CHECK-NEXT: %[[B4_HD:.*]] = stablehlo.dot_general %[[B4_DOWN0_T]]#0, %[[B4_SD]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<1x4x16xf32>, tensor<1x16x8xf32>) -> tensor<1x4x8xf32>
+// CHECK-NEXT: %[[B4_U1:.*]] = stablehlo.dynamic_update_slice %[[B4_DOWN0_T]]#2, %[[B4_HD]], %[[B4_OFFD]],
 // CHECK: %[[B4_OFFU:.*]] = stablehlo.multiply
 // CHECK-NEXT: %[[B4_SU:.*]] = stablehlo.dynamic_slice %[[B4_W]], %[[B4_OFFU]], %{{.*}}, %{{.*}}, sizes = [1, 16, 8]
-// CHECK-NEXT: %[[B4_HU:.*]] = stablehlo.dot_general %[[B4_UP0]], %[[B4_SU]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<1x4x16xf32>, tensor<1x16x8xf32>) -> tensor<1x4x8xf32>
+// CHECK-NEXT: %[[B4_HU:.*]] = stablehlo.dot_general %[[B4_DOWN0_T]]#1, %[[B4_SU]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<1x4x16xf32>, tensor<1x16x8xf32>) -> tensor<1x4x8xf32>
 // CHECK-NEXT: %[[B4_U2:.*]] = stablehlo.dynamic_update_slice %[[B4_U1]], %[[B4_HU]], %[[B4_OFFU]],
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK-NOT: stablehlo.concatenate
@@ -315,6 +321,7 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // SENDS-NOT: stablehlo.while
 // SENDS: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7]
 // SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0], [4, 5]
+// SENDS-NEXT: stablehlo.optimization_barrier
 // SENDS-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7]
 // SENDS-NOT: {{stablehlo.while|collective_permute}}
 // SENDS: return

@@ -31,11 +31,12 @@
 // CHECK: stablehlo.dot_general %[[G_DOWN]], %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
 // CHECK: stablehlo.dot_general %[[G_UP]], %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
 // CHECK: %[[G_K1:.*]] = stablehlo.add %[[G_K]], %{{[^ ]+}} : tensor<i32>
-// CHECK-NEXT: %[[G_D2:.*]] = "stablehlo.collective_permute"(%[[G_D1]]) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
-// CHECK-NEXT: %[[G_U2:.*]] = "stablehlo.collective_permute"(%[[G_U1]]) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
-// CHECK: stablehlo.dot_general %[[G_D1]], %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
+// CHECK-NEXT: %[[G_D1_T:.*]]:3 = stablehlo.optimization_barrier %[[G_D1]], %[[G_U1]], %{{[^ ]+}} :
+// CHECK-NEXT: %[[G_D2:.*]] = "stablehlo.collective_permute"(%[[G_D1_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[G_U2:.*]] = "stablehlo.collective_permute"(%[[G_D1_T]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK: stablehlo.dot_general %[[G_D1_T]]#0, %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
 // CHECK: stablehlo.subtract %{{.*}}, %[[G_K1]] : tensor<i32>
-// CHECK: stablehlo.dot_general %[[G_U1]], %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
+// CHECK: stablehlo.dot_general %[[G_D1_T]]#1, %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[G_STEP:.*]] = stablehlo.constant dense<2> : tensor<i32>
 // CHECK-NEXT: %[[G_NEXT:.*]] = stablehlo.add %[[G_K]], %[[G_STEP]] : tensor<i32>
@@ -100,11 +101,12 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: stablehlo.dot_general %[[G10_DOWN]],
 // CHECK: stablehlo.dot_general %[[G10_UP]],
-// CHECK: %[[G10_D2:.*]] = "stablehlo.collective_permute"(%[[G10_D1]]) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 9], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8]]> : tensor<10x2xi64>}>
-// CHECK-NEXT: %[[G10_U2:.*]] = "stablehlo.collective_permute"(%[[G10_U1]]) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 0]]> : tensor<10x2xi64>}>
+// CHECK: %[[G10_D1_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[G10_D1]], %[[G10_U1]],
+// CHECK-NEXT: %[[G10_D2:.*]] = "stablehlo.collective_permute"(%[[G10_D1_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 9], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8]]> : tensor<10x2xi64>}>
+// CHECK-NEXT: %[[G10_U2:.*]] = "stablehlo.collective_permute"(%[[G10_D1_T]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 0]]> : tensor<10x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: stablehlo.dot_general %[[G10_D1]],
-// CHECK: stablehlo.dot_general %[[G10_U1]],
+// CHECK: stablehlo.dot_general %[[G10_D1_T]]#0,
+// CHECK: stablehlo.dot_general %[[G10_D1_T]]#1,
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: stablehlo.return %{{[^ ]+}}, %[[G10_D2]], %[[G10_U2]],
 // CHECK-NEXT: }
@@ -117,14 +119,15 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK: %[[G10_C7:.*]] = stablehlo.constant dense<7> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[G10_POS]], %[[G10_C7]] : tensor<i32>
 // CHECK: stablehlo.dot_general %[[G10_LOOP]]#2, %[[G10_W]]
-// CHECK: %[[G10_D4:.*]] = "stablehlo.collective_permute"(%[[G10_D3]]) <{channel_handle = #stablehlo.channel_handle<handle = 10, type = 1>, source_target_pairs = dense<{{\[}}[0, 9], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8]]> : tensor<10x2xi64>}>
+// CHECK: %[[G10_D3_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[G10_D3]], %[[G10_U3]],
+// CHECK-NEXT: %[[G10_D4:.*]] = "stablehlo.collective_permute"(%[[G10_D3_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 10, type = 1>, source_target_pairs = dense<{{\[}}[0, 9], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8]]> : tensor<10x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[G10_C4:.*]] = stablehlo.constant dense<4> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[G10_POS]], %[[G10_C4]] : tensor<i32>
-// CHECK: stablehlo.dot_general %[[G10_D3]], %[[G10_W]]
+// CHECK: stablehlo.dot_general %[[G10_D3_T]]#0, %[[G10_W]]
 // CHECK: %[[G10_C6:.*]] = stablehlo.constant dense<6> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[G10_POS]], %[[G10_C6]] : tensor<i32>
-// CHECK: stablehlo.dot_general %[[G10_U3]], %[[G10_W]]
+// CHECK: stablehlo.dot_general %[[G10_D3_T]]#1, %[[G10_W]]
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: %[[G10_C5:.*]] = stablehlo.constant dense<5> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[G10_POS]], %[[G10_C5]] : tensor<i32>

@@ -7,7 +7,9 @@
 // and the middle rounds that do not fill a whole iteration run inline after the
 // loop (before the peeled last round). Inside an iteration each round's permute
 // reads the shard (or accumulator) the previous round moved, so every round keeps
-// one permute next to one dot that does not read it. The FLAG prefix checks that
+// one permute next to one dot that does not read it; in the all_gather ring that
+// shard passes, with the previous round's result, through an optimization_barrier
+// first, so the previous round's dot runs while its own shift travels. The FLAG prefix checks that
 // --unroll=2 reaches the passes of the default pipeline (canonicalize and cse hoist
 // the constants there).
 
@@ -31,11 +33,12 @@
 // U2-NEXT: %[[U2A_D1:.*]] = stablehlo.dot_general %[[U2A_CUR]], %[[U2A_OTHER]]
 // U2: %[[U2A_A1:.*]] = stablehlo.dynamic_update_slice %[[U2A_ACC]], %[[U2A_D1]], %[[U2A_OFF1]],
 // U2: %[[U2A_K1:.*]] = stablehlo.add %[[U2A_K]], %{{[^ ]+}} : tensor<i32>
-// U2-NEXT: %[[U2A_M2:.*]] = "stablehlo.collective_permute"(%[[U2A_M1]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// U2-NEXT: %[[U2A_T:.*]]:2 = stablehlo.optimization_barrier %[[U2A_M1]], %[[U2A_A1]] : tensor<1x16xf32>, tensor<8x8xf32>
+// U2-NEXT: %[[U2A_M2:.*]] = "stablehlo.collective_permute"(%[[U2A_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // U2-NEXT: %[[U2A_J2:.*]] = stablehlo.add %[[U2A_P]], %[[U2A_K1]] : tensor<i32>
 // U2: %[[U2A_OFF2:.*]] = stablehlo.multiply
-// U2-NEXT: %[[U2A_D2:.*]] = stablehlo.dot_general %[[U2A_M1]], %[[U2A_OTHER]]
-// U2: %[[U2A_A2:.*]] = stablehlo.dynamic_update_slice %[[U2A_A1]], %[[U2A_D2]], %[[U2A_OFF2]],
+// U2-NEXT: %[[U2A_D2:.*]] = stablehlo.dot_general %[[U2A_T]]#0, %[[U2A_OTHER]]
+// U2: %[[U2A_A2:.*]] = stablehlo.dynamic_update_slice %[[U2A_T]]#1, %[[U2A_D2]], %[[U2A_OFF2]],
 // U2-NEXT: %[[U2A_STEP:.*]] = stablehlo.constant dense<2> : tensor<i32>
 // U2-NEXT: %[[U2A_NEXT:.*]] = stablehlo.add %[[U2A_K]], %[[U2A_STEP]] : tensor<i32>
 // U2-NEXT: stablehlo.return %[[U2A_NEXT]], %[[U2A_M2]], %[[U2A_A2]], %[[U2A_OTHER]], %[[U2A_P]] :
@@ -51,13 +54,15 @@
 // U3: } do {
 // U3-NEXT: %[[U3A_M1:.*]] = "stablehlo.collective_permute"(%[[U3A_CUR]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
 // U3: stablehlo.dot_general %[[U3A_CUR]],
-// U3: %[[U3A_M2:.*]] = "stablehlo.collective_permute"(%[[U3A_M1]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>
-// U3: stablehlo.dot_general %[[U3A_M1]],
+// U3: %[[U3A_M1_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U3A_M1]],
+// U3-NEXT: %[[U3A_M2:.*]] = "stablehlo.collective_permute"(%[[U3A_M1_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>
+// U3: stablehlo.dot_general %[[U3A_M1_T]]#0,
 // U3: %[[U3A_C2:.*]] = stablehlo.constant dense<2> : tensor<i32>
 // U3-NEXT: %[[U3A_K2:.*]] = stablehlo.add %[[U3A_K]], %[[U3A_C2]]
-// U3-NEXT: %[[U3A_M3:.*]] = "stablehlo.collective_permute"(%[[U3A_M2]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>
+// U3-NEXT: %[[U3A_M2_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U3A_M2]],
+// U3-NEXT: %[[U3A_M3:.*]] = "stablehlo.collective_permute"(%[[U3A_M2_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>
 // U3-NEXT: stablehlo.add %{{[^ ]+}}, %[[U3A_K2]]
-// U3: stablehlo.dot_general %[[U3A_M2]],
+// U3: stablehlo.dot_general %[[U3A_M2_T]]#0,
 // U3-NOT: stablehlo.collective_permute
 // U3-NOT: stablehlo.dot_general
 // U3: %[[U3A_STEP:.*]] = stablehlo.constant dense<3> : tensor<i32>
@@ -73,10 +78,13 @@
 // U4-NEXT: stablehlo.constant dense<5> : tensor<i32>
 // U4: } do {
 // U4-NEXT: %[[U4A_M1:.*]] = "stablehlo.collective_permute"(%[[U4A_CUR]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
-// U4: %[[U4A_M2:.*]] = "stablehlo.collective_permute"(%[[U4A_M1]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>
-// U4: %[[U4A_M3:.*]] = "stablehlo.collective_permute"(%[[U4A_M2]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>
-// U4: %[[U4A_M4:.*]] = "stablehlo.collective_permute"(%[[U4A_M3]]) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>
-// U4: stablehlo.dot_general %[[U4A_M3]],
+// U4: %[[U4A_M1_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U4A_M1]],
+// U4-NEXT: %[[U4A_M2:.*]] = "stablehlo.collective_permute"(%[[U4A_M1_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>
+// U4: %[[U4A_M2_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U4A_M2]],
+// U4-NEXT: %[[U4A_M3:.*]] = "stablehlo.collective_permute"(%[[U4A_M2_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>
+// U4: %[[U4A_M3_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U4A_M3]],
+// U4-NEXT: %[[U4A_M4:.*]] = "stablehlo.collective_permute"(%[[U4A_M3_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>
+// U4: stablehlo.dot_general %[[U4A_M3_T]]#0,
 // U4-NOT: stablehlo.collective_permute
 // U4: %[[U4A_STEP:.*]] = stablehlo.constant dense<4> : tensor<i32>
 // U4-NEXT: %[[U4A_NEXT:.*]] = stablehlo.add %[[U4A_K]], %[[U4A_STEP]]
@@ -85,9 +93,10 @@
 // U4-NEXT: %[[U4A_R5:.*]] = "stablehlo.collective_permute"(%[[U4A_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>
 // U4-NEXT: %[[U4A_FIVE:.*]] = stablehlo.constant dense<5> : tensor<i32>
 // U4: stablehlo.dot_general %[[U4A_LOOP]]#1, %arg1
-// U4: %[[U4A_R6:.*]] = "stablehlo.collective_permute"(%[[U4A_R5]]) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>
+// U4: %[[U4A_R5_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U4A_R5]],
+// U4-NEXT: %[[U4A_R6:.*]] = "stablehlo.collective_permute"(%[[U4A_R5_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>
 // U4-NEXT: %[[U4A_SIX:.*]] = stablehlo.constant dense<6> : tensor<i32>
-// U4: stablehlo.dot_general %[[U4A_R5]], %arg1
+// U4: stablehlo.dot_general %[[U4A_R5_T]]#0, %arg1
 // U4-NOT: stablehlo.collective_permute
 // U4: %[[U4A_SEVEN:.*]] = stablehlo.constant dense<7> : tensor<i32>
 // U4: stablehlo.dot_general %[[U4A_R6]], %arg1
@@ -236,8 +245,9 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // U2: } do {
 // U2-NEXT: %[[U2G_M1:.*]] = "stablehlo.collective_permute"(%[[U2G_CUR]])
 // U2: %[[U2G_A1:.*]] = stablehlo.dynamic_update_slice %[[U2G_ACC]],
-// U2: "stablehlo.collective_permute"(%[[U2G_M1]])
-// U2: %[[U2G_A2:.*]] = stablehlo.dynamic_update_slice %[[U2G_A1]],
+// U2: %[[U2G_T:.*]]:2 = stablehlo.optimization_barrier %[[U2G_M1]], %[[U2G_A1]]
+// U2-NEXT: "stablehlo.collective_permute"(%[[U2G_T]]#0)
+// U2: %[[U2G_A2:.*]] = stablehlo.dynamic_update_slice %[[U2G_T]]#1,
 // U2-NEXT: %[[U2G_STEP:.*]] = stablehlo.constant dense<2> : tensor<i32>
 // U2-NEXT: stablehlo.add %[[U2G_K]], %[[U2G_STEP]]
 // U2-NEXT: stablehlo.return
@@ -250,11 +260,13 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // U3-NOT: stablehlo.while
 // U3: %[[U3G_R0:.*]] = "stablehlo.collective_permute"(%arg0) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>
 // U3-NOT: stablehlo.while
-// U3: %[[U3G_R1:.*]] = "stablehlo.collective_permute"(%[[U3G_R0]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
-// U3: stablehlo.dot_general %[[U3G_R0]], %arg1
-// U3: %[[U3G_R2:.*]] = "stablehlo.collective_permute"(%[[U3G_R1]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>
+// U3: %[[U3G_R0_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U3G_R0]],
+// U3-NEXT: %[[U3G_R1:.*]] = "stablehlo.collective_permute"(%[[U3G_R0_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
+// U3: stablehlo.dot_general %[[U3G_R0_T]]#0, %arg1
+// U3: %[[U3G_R1_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U3G_R1]],
+// U3-NEXT: %[[U3G_R2:.*]] = "stablehlo.collective_permute"(%[[U3G_R1_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>
 // U3-NOT: stablehlo.while
-// U3: stablehlo.dot_general %[[U3G_R1]], %arg1
+// U3: stablehlo.dot_general %[[U3G_R1_T]]#0, %arg1
 // U3-NOT: stablehlo.collective_permute
 // U3: stablehlo.dot_general %[[U3G_R2]], %arg1
 // U3-NOT: stablehlo.collective_permute

@@ -16,7 +16,10 @@ index is j = (p + k) mod N:
   block j written.
 
 The last step is peeled out of the loop, so the loop runs N-1 steps, each with one
-permute that neither feeds nor reads that step's dot. When something else reads the
+permute that neither feeds nor reads that step's dot. A step that follows another in
+the same block (unrolled loop bodies, inline rounds) sends its shard through an
+optimization_barrier with the previous step's result, so the compiler runs each dot
+while its own step's permute travels. When something else reads the
 gathered tensor after the first ring (a residual kept for the backward pass, a later
 dot whose other operand does not exist yet), that ring also writes each shard it
 holds into a buffer that replaces the all_gather: the data travels once. A reader
@@ -573,6 +576,13 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
         fixed = isinstance(k, int)
         blocks = plan.blocks[k] if fixed else streams
         sending = plan.sends[k] if fixed else streams
+        if k != 0 and sending and any(_made_here(acc) for acc in accs):
+            # The previous round's products first (one optimization_barrier): the
+            # compiler then runs that round's dots while its shifts travel, not while
+            # these do (an unrolled TPU loop left one permute per iteration bare).
+            tied = iter(b.barrier([v for v in held + accs if v is not None]))
+            held, accs = ([None if v is None else next(tied) for v in values]
+                          for values in (held, accs))
         if fixed and k == 0:   # the own shard: multiplied first, then sent both ways
             accs = step(k, held[:blocks], accs, invariants)
             return send(held[:sending]) + [None] * (streams - sending) + accs
@@ -584,6 +594,16 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
     accs = [None if c.result_dim is None else b.zeros(c.acc_type) for c in consumers]
     carried = b.planned_rounds(plan, [shard] * streams + accs, invariants, round_)
     return [c.finish(acc) for c, acc in zip(consumers, carried[streams:])]
+
+
+def _made_here(value: ir.Value | None) -> bool:
+    """Whether `value` was computed by a round in the block being built (not a loop's
+    block argument or result)."""
+    if value is None or not isinstance(value, ir.OpResult):
+        return False
+    owner = value.owner if isinstance(value.owner, ir.Operation) else value.owner.operation
+    return (owner.name != "stablehlo.while"
+            and owner.block == ir.InsertionPoint.current.block)
 
 
 def accumulator_type(result_type: ir.RankedTensorType) -> ir.RankedTensorType:

@@ -126,3 +126,16 @@ def test_summing_gather_ring_ends_in_its_loop(fsdp_reports, fsdp_lowered, name):
              if instr.opcode == "while"]
     assert [schedule.trip_count(proto, loop) for loop in loops] == [plan.trip_count]
     assert not {c.opcode for c in rep.rewritten.collectives} & {"all-gather"}
+
+
+def test_unrolled_gather_ring_keeps_a_dot_beside_every_permute():
+    """unroll=2 at sizes where the TPU scheduler used to run both of an iteration's
+    dots while its second permute travelled, leaving the first bare: each round's
+    shift now waits for the previous round's product (an optimization_barrier), so
+    every permute has a dot of its own."""
+    lowered = lower(fsdp, [(8 * 2048, 8192), (8192, 8192)], (P("x", None), P("x", None)),
+                    P("x", None))
+    rep = variant_reports(lowered, {"unroll=2": {"unroll": 2}})["unroll=2"]
+    (row,) = rep.sites
+    assert row.pattern == GATHER_PASS and row.permutes == 4
+    assert row.overlapped == row.permutes, row.permute_details
