@@ -26,7 +26,8 @@ UNIFORM_OPS = frozenset({
 })
 
 
-def _as_op(owner) -> ir.Operation:
+def as_op(owner) -> ir.Operation:
+    """The operation behind an op view or an `ir.Operation` (a value's `owner`)."""
     return owner if isinstance(owner, ir.Operation) else owner.operation
 
 
@@ -43,7 +44,7 @@ def dominates(value: ir.Value, op: ir.Operation) -> bool:
     """`value` is available at `op` (structured control flow: no CFG needed)."""
     if isinstance(value, ir.BlockArgument):
         return ancestor_in(value.owner, op) is not None
-    owner = _as_op(value.owner)
+    owner = as_op(value.owner)
     at = ancestor_in(owner.block, op)
     return at is not None and at != owner and owner.is_before_in_block(at)
 
@@ -84,7 +85,7 @@ def uniform_trip_count(loop: ir.Operation) -> bool:
     start from constants and are updated from constants: the trip count of a scan or
     of a fori_loop with constant bounds, the same on every device."""
     cond = loop.regions[0].blocks[0]
-    terminator = _as_op(list(cond.operations)[-1])
+    terminator = as_op(list(cond.operations)[-1])
     return all(is_uniform(v, set()) for v in terminator.operands)
 
 
@@ -95,7 +96,7 @@ def is_uniform(value: ir.Value, assumed: set) -> bool:
     a loop-carried cycle is accepted when everything else along it is uniform."""
     if isinstance(value, ir.BlockArgument):
         parent = value.owner.owner
-        parent = _as_op(parent) if parent is not None else None
+        parent = as_op(parent) if parent is not None else None
         if parent is None or parent.name != "stablehlo.while":
             return False   # function and manual-computation arguments: per-device data
         key = (parent, value.arg_number)
@@ -103,10 +104,10 @@ def is_uniform(value: ir.Value, assumed: set) -> bool:
             return True
         assumed.add(key)
         body = parent.regions[1].blocks[0]
-        update = _as_op(list(body.operations)[-1]).operands[value.arg_number]
+        update = as_op(list(body.operations)[-1]).operands[value.arg_number]
         return (is_uniform(parent.operands[value.arg_number], assumed)
                 and is_uniform(update, assumed))
-    owner = _as_op(value.owner)
+    owner = as_op(value.owner)
     if owner.name not in UNIFORM_OPS:
         return False
     return all(is_uniform(operand, assumed) for operand in owner.operands)

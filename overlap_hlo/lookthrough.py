@@ -29,11 +29,9 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from overlap_hlo.dominance import as_op
+
 TRANSPARENT = frozenset({"sdy.sharding_constraint"})
-
-
-def _op(owner) -> ir.Operation:
-    return owner if isinstance(owner, ir.Operation) else owner.operation
 
 
 def _ints(attr: ir.Attribute) -> list[int]:
@@ -85,7 +83,7 @@ def view_forward(op: ir.Operation, operand: int, dim: int, reading: bool = True
         return None if merged is None else View(op, dim, merged[0], factor=merged[1])
     if name == "stablehlo.multiply" and reading:
         other = op.operands[1 - operand]
-        broadcast = _op(other.owner) if isinstance(other, ir.OpResult) else None
+        broadcast = as_op(other.owner) if isinstance(other, ir.OpResult) else None
         if broadcast is not None and broadcast.name == "stablehlo.broadcast_in_dim":
             scale = broadcast.operands[0]
             varies = [scale.type.shape[i] != 1 for i, d in enumerate(
@@ -129,7 +127,7 @@ def replay(views: Sequence[View], value: ir.Value, reads: Sequence[ir.Value] = (
         result = ir.RankedTensorType.get(shape, full.element_type)
         attrs = {name: op.attributes[name] for name in op.attributes}
         if op.name == "stablehlo.multiply":
-            broadcast = _op(op.operands[1 - view.operand].owner)
+            broadcast = as_op(op.operands[1 - view.operand].owner)
             scale = stablehlo.broadcast_in_dim(
                 result, next(reads), broadcast.attributes["broadcast_dimensions"])
             operands = [value, scale] if view.operand == 0 else [scale, value]
@@ -169,7 +167,7 @@ def users_through_views(root: ir.Value, dim: int) -> tuple[list[ViewedUse], list
     uses, values, paths, dims = [], [root], [()], [dim]
     for value, path, current in zip(values, paths, dims):
         for use in value.uses:
-            owner = _op(use.owner)
+            owner = as_op(use.owner)
             view = view_forward(owner, use.operand_number, current)
             if view is not None:
                 values.append(owner.results[0])
@@ -185,7 +183,7 @@ def producer(value: ir.Value, dim: int) -> tuple[ir.Operation | None, list[View]
     order they apply) and the dim in the op's result."""
     chain = []
     while isinstance(value, ir.OpResult):
-        owner = _op(value.owner)
+        owner = as_op(value.owner)
         view = view_backward(owner, dim)
         if view is None or len(list(owner.results[0].uses)) != 1:
             return owner, chain[::-1], dim
@@ -198,7 +196,7 @@ def producer(value: ir.Value, dim: int) -> tuple[ir.Operation | None, list[View]
 def only_transparent(value: ir.Value) -> ir.Operation | None:
     """The op defining `value` above single-use transparent ops."""
     while isinstance(value, ir.OpResult):
-        owner = _op(value.owner)
+        owner = as_op(value.owner)
         if owner.name not in TRANSPARENT or len(list(owner.results[0].uses)) != 1:
             return owner
         value = owner.operands[0]
@@ -209,4 +207,4 @@ def erase_unused(rewriter, values: list[ir.Value]) -> None:
     """Erase the ops defining `values` (last first) once nothing reads them."""
     for value in reversed(values):
         if not list(value.uses) and isinstance(value, ir.OpResult):
-            rewriter.erase_op(_op(value.owner))
+            rewriter.erase_op(as_op(value.owner))

@@ -44,7 +44,7 @@ from jaxlib.mlir.dialects import stablehlo
 from overlap_hlo import builders as b
 from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
-from overlap_hlo.dominance import after, divergent_between, dominates
+from overlap_hlo.dominance import after, as_op, divergent_between, dominates
 from overlap_hlo.dots import DotDims, flops
 from overlap_hlo.lookthrough import (View, ViewedUse, erase_unused, producer, replay,
                                     users_through_views)
@@ -174,7 +174,7 @@ class Fused:
 
     def replace(self, rewriter, result: ir.Value) -> None:
         """The epilogue's output becomes `result`; its ops and the dots go."""
-        output = _owner(self.epilogue.output)
+        output = as_op(self.epilogue.output.owner)
         for op in reversed(self.epilogue.ops):
             if op == output:
                 rewriter.replace_op(op, [result])
@@ -197,11 +197,6 @@ def fuse_epilogue(group: list[Consumer]) -> list[Consumer | Fused]:
     fused = Fused(tuple(members), found)
     first = group.index(members[0])
     return [c for c in group[:first]] + [fused] + [c for c in group[first:] if c not in members]
-
-
-def _owner(value: ir.Value) -> ir.Operation:
-    owner = value.owner
-    return owner if isinstance(owner, ir.Operation) else owner.operation
 
 
 @dataclass(frozen=True)
@@ -397,7 +392,7 @@ def chained_gather(gather: ir.Operation, scan) -> tuple[ir.Operation, Ring] | No
     value = gather.operands[0]
     if not isinstance(value, ir.OpResult) or len(list(value.uses)) != 1:
         return None
-    inner = value.owner if isinstance(value.owner, ir.Operation) else value.owner.operation
+    inner = as_op(value.owner)
     if inner.name != "stablehlo.all_gather" or len(inner.operands) != 1 or (
             ir.IntegerAttr(inner.attributes["all_gather_dim"]).value
             != ir.IntegerAttr(gather.attributes["all_gather_dim"]).value):
@@ -601,7 +596,7 @@ def _made_here(value: ir.Value | None) -> bool:
     block argument or result)."""
     if value is None or not isinstance(value, ir.OpResult):
         return False
-    owner = value.owner if isinstance(value.owner, ir.Operation) else value.owner.operation
+    owner = as_op(value.owner)
     return (owner.name != "stablehlo.while"
             and owner.block == ir.InsertionPoint.current.block)
 

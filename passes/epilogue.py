@@ -24,6 +24,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo import builders as b
+from overlap_hlo.dominance import as_op
 
 ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
     "abs add and atan2 cbrt ceil clamp compare convert cosine divide exponential "
@@ -33,12 +34,8 @@ ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
 UNIFORM = frozenset({"stablehlo.constant", "stablehlo.broadcast_in_dim"})
 
 
-def _op(owner) -> ir.Operation:
-    return owner if isinstance(owner, ir.Operation) else owner.operation
-
-
 def _defining(value: ir.Value) -> ir.Operation | None:
-    return _op(value.owner) if isinstance(value, ir.OpResult) else None
+    return as_op(value.owner) if isinstance(value, ir.OpResult) else None
 
 
 def _shape(value: ir.Value) -> list[int] | None:
@@ -128,7 +125,7 @@ def find_epilogue(sources: Sequence[ir.Value]) -> Epilogue | None:
     if len(sources) < 2 or len({tuple(_shape(v)) for v in sources}) != 1:
         return None
     shape = _shape(sources[0])
-    block = _op(sources[0].owner).block
+    block = as_op(sources[0].owner).block
     known = set(sources)
     ops: list[ir.Operation] = []
     grew = True
@@ -136,7 +133,7 @@ def find_epilogue(sources: Sequence[ir.Value]) -> Epilogue | None:
         grew = False
         for value in list(known):
             for use in value.uses:
-                user = _op(use.owner)
+                user = as_op(use.owner)
                 if (user in ops or user.block != block or not is_elementwise(user, shape)
                         or not all(v in known or uniform(v, shape) for v in user.operands)):
                     continue
@@ -146,7 +143,7 @@ def find_epilogue(sources: Sequence[ir.Value]) -> Epilogue | None:
     if not ops:
         return None
     inside = set(ops)
-    read_outside = [v for v in known if any(_op(u.owner) not in inside for u in v.uses)]
+    read_outside = [v for v in known if any(as_op(u.owner) not in inside for u in v.uses)]
     if len(read_outside) != 1 or read_outside[0] in sources:
         return None
     ops.sort(key=_Order(block))

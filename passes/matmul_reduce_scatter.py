@@ -33,7 +33,7 @@ from overlap_hlo import builders as b
 from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
 from overlap_hlo.dots import DotDims, flops
-from overlap_hlo.dominance import after
+from overlap_hlo.dominance import after, as_op
 from overlap_hlo.lookthrough import (TRANSPARENT, View, only_transparent, producer, replay,
                                     view_backward)
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
@@ -60,14 +60,14 @@ class OverlapMatmulReduceScatter(RewritePass):
         if not is_add_reduction(scatter.regions[0]):
             raise Unsupported("reduction is not a plain add")
         readers = [use for dot in dots for use in dot.results[0].uses
-                   if _op(use.owner) not in adds and _op(use.owner) not in
-                   [view.op for view in between] and _op(use.owner) != scatter]
+                   if as_op(use.owner) not in adds and as_op(use.owner) not in
+                   [view.op for view in between] and as_op(use.owner) != scatter]
         if readers and (len(dots) > 1 or addends
-                        or not all(after(scatter, _op(use.owner)) for use in readers)):
+                        or not all(after(scatter, as_op(use.owner)) for use in readers)):
             raise Unsupported("the dot result has users other than the reduce_scatter"
                               + ("" if len(dots) == 1 and not addends else
                                  " (in a sum of dots or with an added term)")
-                              + ("" if all(after(scatter, _op(u.owner)) for u in readers)
+                              + ("" if all(after(scatter, as_op(u.owner)) for u in readers)
                                  else " before it"))
         ring = Ring.from_collective(scatter, scan)
         result_type = scatter.results[0].type
@@ -122,7 +122,7 @@ def scatter_fed_by(dot: ir.Operation) -> ir.Operation | None:
         uses = list(value.uses)
         if len(uses) != 1:
             return None
-        user = _op(uses[0].owner)
+        user = as_op(uses[0].owner)
         if user.name == "stablehlo.reduce_scatter":
             dim = ir.IntegerAttr(user.attributes["scatter_dimension"]).value
             top, _, _ = producer(user.operands[0], dim)
@@ -132,20 +132,16 @@ def scatter_fed_by(dot: ir.Operation) -> ir.Operation | None:
         value = user.results[0]
 
 
-def _op(owner) -> ir.Operation:
-    return owner if isinstance(owner, ir.Operation) else owner.operation
-
-
 def _report_shared(dot: ir.Operation, location: ir.Location, report) -> None:
     """A remark for every other reduce_scatter of `dot`'s product: the first ring
     computed the dot once and assembles it; a second ring would compute it again."""
     if report is None:
         return
     for use in dot.results[0].uses:
-        user = _op(use.owner)
+        user = as_op(use.owner)
         while user.name != "stablehlo.reduce_scatter" and len(user.results) == 1 \
                 and len(list(user.results[0].uses)) == 1 and view_backward(user, 0) is not None:
-            user = _op(next(iter(user.results[0].uses)).owner)
+            user = as_op(next(iter(user.results[0].uses)).owner)
         if user.name == "stablehlo.reduce_scatter":
             report(user.location, False, reason=(
                 f"its dot also feeds the reduce_scatter at {report.where(location)}, whose ring "
@@ -167,7 +163,7 @@ def summed_dots(top: ir.Operation | None
         return [], [], []
     dots, adds, addends = [], [top], []
     for operand in top.operands:
-        inner = _op(operand.owner) if isinstance(operand, ir.OpResult) else None
+        inner = as_op(operand.owner) if isinstance(operand, ir.OpResult) else None
         more = ([], [], [])
         if inner is not None and len(list(operand.uses)) == 1:
             more = summed_dots(inner)
