@@ -279,3 +279,38 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
     return %1 : tensor<12x8xf32>
   }
 }
+
+// -----
+
+// A ring that sums (the gathered dim is contracting) over one group of 8.
+// unroll=2: rounds 1..7 do not fill whole iterations but all 8 rounds do, so round 0
+//   runs in the loop too and the sum starts from zeros: no dot before the loop, the
+//   loop counts 0..8 by 2, and its result is the function's.
+// unroll=3: rounds 0 and 1 run before the loop (round 0's product starts the sum),
+//   rounds 2..7 in two iterations.
+// U2-LABEL: func.func @sum8
+// U2-NOT: stablehlo.dot_general
+// U2: %[[U2S_ZERO:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<16x8xf32>
+// U2: %[[U2S_START:.*]] = stablehlo.constant dense<0> : tensor<i32>
+// U2-NOT: stablehlo.dot_general
+// U2: %[[U2S_LOOP:.*]]:5 = stablehlo.while(%[[U2S_K:[^ ]+]] = %[[U2S_START]], %{{[^ ]+}} = %arg0, %{{[^ ]+}} = %[[U2S_ZERO]],
+// U2: stablehlo.constant dense<8> : tensor<i32>
+// U2: } do {
+// U2-COUNT-2: stablehlo.dot_general
+// U2: stablehlo.return
+// U2-NEXT: }
+// U2-NEXT: return %[[U2S_LOOP]]#2
+// U3-LABEL: func.func @sum8
+// U3: %[[U3S_TWO:.*]] = stablehlo.constant dense<2> : tensor<i32>
+// U3-COUNT-2: stablehlo.dot_general
+// U3: stablehlo.while(%{{[^ ]+}} = %[[U3S_TWO]],
+// U3: } do {
+// U3-COUNT-3: stablehlo.dot_general
+// U3: stablehlo.return
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @sum8(%arg0: tensor<16x2xf32>, %arg1: tensor<16x8xf32>) -> tensor<16x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 1 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids}> : (tensor<16x2xf32>) -> tensor<16x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<16x16xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
+    return %1 : tensor<16x8xf32>
+  }
+}

@@ -20,8 +20,11 @@ stream in every round of the loop's form, the last of them included (shifts that
 nothing reads): all those rounds then run in the loop, and the sum stays in the
 loop's buffer instead of needing another buffer of the result's size for each round
 after the loop. Left after the loop: with two streams and even N, the round that
-multiplies p+N/2 alone. Rounds that fill no iteration run before the loop. Not when
-fewer than 2 rounds have the loop's form.
+multiplies p+N/2 alone. Round 0's product starts the sum; with one stream, when the
+rounds after it do not fill whole iterations but all N rounds do, the sum starts from
+zeros and round 0 runs in the loop too (`sums_from_zeros`): a round before the loop
+besides round 0 would need a buffer of the result's size. Otherwise rounds that fill
+no iteration run before the loop. Not when fewer than 2 rounds have the loop's form.
 
 reduce_scatter ring (pipelined): round k first adds the accumulator received during
 round k-1 to the partial product of round k-1 and sends the sum on, then computes
@@ -94,6 +97,11 @@ class RingPlan:
         return self.loop_stop - self.loop_end
 
     @property
+    def sums_from_zeros(self) -> bool:
+        """Round 0 runs in the loop: the sum starts from zeros (module docstring)."""
+        return self.in_loop_sum and self.trip_count > 0 and self.loop_start == 0
+
+    @property
     def rounds_before_loop(self) -> range:
         return range(0, self.loop_start)
 
@@ -151,6 +159,8 @@ def _summing_gather(n: int, streams: int, unroll: int):
         return blocks, sends, start, stop
     for k in range(1, uniform):
         sends[k] = streams
+    if streams == 1 and (n - 1) % unroll and n % unroll == 0:
+        return blocks, sends, 0, n        # round 0 too: the sum starts from zeros
     return blocks, sends, 1 + (uniform - 1) % unroll, uniform
 
 

@@ -586,7 +586,8 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
 
     position = b.ring_position(ring)
     invariants = [value for c in consumers for value in c.inputs] + [position]
-    accs = [None if c.result_dim is None else b.zeros(c.acc_type) for c in consumers]
+    accs = [None if c.result_dim is None and not plan.sums_from_zeros else b.zeros(c.acc_type)
+            for c in consumers]
     carried = b.planned_rounds(plan, [shard] * streams + accs, invariants, round_)
     return [c.finish(acc) for c, acc in zip(consumers, carried[streams:])]
 

@@ -210,3 +210,21 @@ def test_scale_varying_along_the_gathered_dim_is_not_a_view():
     inputs = [((64, 24), P("x"), jnp.int8), ((16, 64), P()), ((64,), P())]
     check(Program(fn, (4, 2), ("x", "y"), inputs, P()), rewritten=0,
           left=Counter({"stablehlo.all_gather": 1}))
+
+
+# (bidirectional, unroll) covering every form of a summing ring's plan on a group of 8:
+# the sum started by round 0's product or from zeros (one stream, unroll 2 and 4),
+# rounds before the loop (unroll 3), the lone round after it (two streams).
+SUMMING_FORMS = [(False, 1), (False, 2), (False, 3), (False, 4), (True, 1), (True, 2)]
+
+
+@pytest.mark.parametrize("bidirectional, unroll", SUMMING_FORMS,
+                         ids=[f"{'bidi' if b else 'one'}-unroll{u}" for b, u in SUMMING_FORMS])
+def test_summing_gather_ring_forms(bidirectional, unroll):
+    def fsdp(x, w):
+        return x @ ag("x", 0)(w)
+
+    opts = f"{{bidirectional={str(bidirectional).lower()} unroll={unroll}}}"
+    prog = Program(fsdp, (8,), ("x",), [((64, 64), P("x")), ((64, 24), P("x"))], P("x"),
+                   dtype=jnp.bfloat16)
+    check(prog, pipeline=f"builtin.module(overlap-all-gather-matmul{opts},canonicalize,cse)")

@@ -128,9 +128,12 @@ def test_unchanged_sites_carry_the_plan_they_were_predicted_with():
 @pytest.mark.parametrize("n, bidi, unroll, blocks, sends, start, stop, after", [
     # One stream: every round but round 0 in the loop; the last one's send is unread.
     (8, False, 1, (1,) * 8, (1,) * 8, 1, 8, ()),
-    # Unrolled: the round that fills no iteration goes before the loop.
-    (8, False, 2, (1,) * 8, (1,) * 8, 2, 8, ()),
+    # Unrolled: when all N rounds fill whole iterations, round 0 runs in the loop too
+    # (the sum starts from zeros); otherwise the rounds that fill none go before it.
+    (8, False, 2, (1,) * 8, (1,) * 8, 0, 8, ()),
+    (8, False, 4, (1,) * 8, (1,) * 8, 0, 8, ()),
     (8, False, 3, (1,) * 8, (1,) * 8, 2, 8, ()),
+    (7, False, 2, (1,) * 7, (1,) * 7, 1, 7, ()),
     # Two streams, even N: rounds 1..3 send both ways; p+4 alone follows the loop.
     (8, True, 1, (1, 2, 2, 2, 1), (2, 2, 2, 2, 0), 1, 4, (4,)),
     # Two streams, odd N: every round after 0 in the loop.
@@ -144,6 +147,7 @@ def test_summing_gather_rounds(n, bidi, unroll, blocks, sends, start, stop, afte
     assert (plan.blocks, plan.sends, plan.loop_start, plan.loop_stop) == (blocks, sends,
                                                                           start, stop)
     assert tuple(plan.rounds_after_loop) == after and plan.remainder == 0
+    assert plan.sums_from_zeros == (start == 0)
     assert sum(plan.blocks) == n                 # every block multiplied once
     assert plan.transfers >= RingPlan(GATHER, n, bidi, unroll).transfers
 

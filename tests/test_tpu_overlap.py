@@ -137,5 +137,5 @@ def test_unrolled_gather_ring_keeps_a_dot_beside_every_permute():
                     P("x", None))
     rep = variant_reports(lowered, {"unroll=2": {"unroll": 2}})["unroll=2"]
     (row,) = rep.sites
-    assert row.pattern == GATHER_PASS and row.permutes == 4
+    assert row.pattern == GATHER_PASS and row.permutes == 2   # the loop body's
     assert row.overlapped == row.permutes, row.permute_details
