@@ -87,6 +87,23 @@ def zeros(tensor_type: ir.RankedTensorType) -> ir.Value:
     return stablehlo.constant(ir.DenseElementsAttr.get_splat(tensor_type, zero))
 
 
+def equal(a: ir.Value, b: ir.Value) -> ir.Value:
+    """`a == b` for two scalar integers: a `tensor<i1>`."""
+    return stablehlo.compare(a, b, stablehlo.ComparisonDirectionAttr.get("EQ"))
+
+
+def split_weight(pred: ir.Value, first: ir.Value, second: ir.Value) -> list[ir.Value]:
+    """`[first, second]`, weighted where the scalar `pred` holds so that two products
+    of one block with them sum to one: floats halved (exact, and inf or NaN stay
+    what they were; exact but for subnormals), integers `(1, 0)`."""
+    elt = first.type.element_type
+    if isinstance(elt, ir.FloatType):
+        half = stablehlo.constant(ir.DenseElementsAttr.get_splat(
+            first.type, ir.FloatAttr.get(elt, 0.5)))
+        return [stablehlo.select(pred, mul(v, half), v) for v in (first, second)]
+    return [first, stablehlo.select(pred, zeros(second.type), second)]
+
+
 def with_dim(tensor_type: ir.RankedTensorType, dim: int, size: int) -> ir.RankedTensorType:
     shape = list(tensor_type.shape)
     shape[dim] = size

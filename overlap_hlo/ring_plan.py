@@ -15,16 +15,20 @@ all_gather ring: round k multiplies the shards of positions p+k (down stream) an
 p-k (up stream) and sends them on; round 0 holds only its own shard, the last round
 sends nothing. With two streams and even N they meet at p+N/2: the round before the
 last sends only the down stream's shard and the last multiplies it alone.
-A ring that sums products (`in_loop_sum`: a contracting gathered dim) sends on every
-stream in every round of the loop's form, the last of them included (shifts that
-nothing reads): all those rounds then run in the loop, and the sum stays in the
-loop's buffer instead of needing another buffer of the result's size for each round
-after the loop. Left after the loop: with two streams and even N, the round that
-multiplies p+N/2 alone. Round 0's product starts the sum; with one stream, when the
-rounds after it do not fill whole iterations but all N rounds do, the sum starts from
-zeros and round 0 runs in the loop too (`sums_from_zeros`): a round before the loop
-besides round 0 would need a buffer of the result's size. Otherwise rounds that fill
-no iteration run before the loop. Not when fewer than 2 rounds have the loop's form.
+A ring that sums products (`in_loop_sum`: a contracting gathered dim) keeps the sum
+in the loop's buffer: a product added outside the loop (but round 0's, which starts
+the sum) would need another buffer of the result's size. So every round of the
+loop's form sends on every stream, the last one included (shifts nothing reads), and
+runs in the loop:
+- two streams, even N: both hold p+N/2 in the last round (`shared_rounds`), which
+  multiplies both, each weighted by half; it costs one block of compute (1/N of the
+  dot) and two unread shifts. Only in groups of 6 or more (in a group of 4 it would
+  double the shifts);
+- one stream, when the rounds after round 0 do not fill whole iterations but all N
+  rounds do: the sum starts from zeros and round 0 runs in the loop too
+  (`sums_from_zeros`);
+- otherwise the rounds that fill no iteration run before the loop.
+Not when fewer than 2 rounds have the loop's form.
 
 reduce_scatter ring (pipelined): round k first adds the accumulator received during
 round k-1 to the partial product of round k-1 and sends the sum on, then computes
@@ -97,6 +101,13 @@ class RingPlan:
         return self.loop_stop - self.loop_end
 
     @property
+    def shared_rounds(self) -> tuple[int, ...]:
+        """Rounds that multiply two blocks held by both streams at once, p+k = p-k (mod
+        N): the emitter zeroes one of them (module docstring)."""
+        return tuple(k for k, blocks in enumerate(self.blocks)
+                     if blocks == 2 and (2 * k) % self.group_size == 0)
+
+    @property
     def sums_from_zeros(self) -> bool:
         """Round 0 runs in the loop: the sum starts from zeros (module docstring)."""
         return self.in_loop_sum and self.trip_count > 0 and self.loop_start == 0
@@ -112,7 +123,7 @@ class RingPlan:
     @property
     def transfers(self) -> int:
         """Shifts executed (every block moves group_size - 1 times; in_loop_sum adds
-        one that nothing reads)."""
+        shifts that nothing reads)."""
         return sum(self.sends)
 
     @property
@@ -153,12 +164,15 @@ def _gather(n: int, streams: int):
 def _summing_gather(n: int, streams: int, unroll: int):
     """Blocks, sends and loop range of an all_gather ring that sums (in_loop_sum)."""
     blocks, sends, start, stop = _gather(n, streams)
-    # Rounds 1..uniform-1 have the loop's form once they send on every stream.
-    uniform = n if streams == 1 else n // 2 + n % 2
-    if uniform - 1 < 2 or (uniform - 1) // unroll < 1:
+    # Rounds 1..uniform-1 have the loop's form once they send on every stream and
+    # multiply a block from each; with two streams and even N the last of them holds
+    # p+N/2 on both (a shared round), taken with 2 or more other rounds of that form.
+    uniform = n if streams == 1 else n // 2 + 1
+    others = uniform - 1 - (streams == 2 and n % 2 == 0)
+    if others < 2 or (uniform - 1) // unroll < 1:
         return blocks, sends, start, stop
     for k in range(1, uniform):
-        sends[k] = streams
+        sends[k] = blocks[k] = streams
     if streams == 1 and (n - 1) % unroll and n % unroll == 0:
         return blocks, sends, 0, n        # round 0 too: the sum starts from zeros
     return blocks, sends, 1 + (uniform - 1) % unroll, uniform

@@ -89,7 +89,8 @@ class Consumer:
 
     def accumulate(self, acc: ir.Value | None, shards: list[ir.Value],
                    shifts: list[tuple[int, object]], inputs: list[ir.Value],
-                   position: ir.Value, n: int, gather_dim: int) -> ir.Value:
+                   position: ir.Value, n: int, gather_dim: int,
+                   shared: bool = False) -> ir.Value:
         """Add this step's blocks to `acc`.
 
         Blocks of a free or batch dim are disjoint blocks of the result: one dot per
@@ -97,7 +98,10 @@ class Consumer:
         buffer of twice their size first). Blocks of a contracting dim all add to the
         whole result: one dot over the shards side by side, so that one product of the
         result's size is added per round. `acc` is None in round 0 of a contracting
-        dim: the first sum is the product."""
+        dim: the first sum is the product. `shared`: the two shards may be one block
+        (a shared round of the plan); where their offsets match, a contracting dim
+        weights the other operand's two slices so that the block counts once
+        (`builders.split_weight`), and a free or batch dim writes that block twice."""
         if self.result_dim is not None:
             for shard, shift in zip(shards, shifts):
                 part, offset = self.block_product(shard, shift, inputs, position, n)
@@ -107,9 +111,10 @@ class Consumer:
         block = self.block
         offsets = [b.block_offset(position, step, n, block, sign) for sign, step in shifts]
         viewed = replay(self.views, b.concat(shards, gather_dim), reads)
-        if self.other_dim is not None:
-            other = b.concat([b.slice_dim(other, self.other_dim, off, block) for off in offsets],
-                             self.other_dim)
+        slices = [b.slice_dim(other, self.other_dim, off, block) for off in offsets]
+        if shared:
+            slices = b.split_weight(b.equal(*offsets), *slices)
+        other = b.concat(slices, self.other_dim)
         operands = [viewed, other] if self.gathered == 0 else [other, viewed]
         part = b.dot_like(self.dot, *operands, self.acc_type)
         return part if acc is None else b.add(part, acc)
@@ -157,7 +162,7 @@ class Fused:
     def acc_type(self) -> ir.RankedTensorType:
         return self.epilogue.output.type
 
-    def accumulate(self, acc, shards, shifts, inputs, position, n, gather_dim):
+    def accumulate(self, acc, shards, shifts, inputs, position, n, gather_dim, shared=False):
         block_type = block_type_for(self.result_dim, self.members[0].block)
         for shard, shift in zip(shards, shifts):
             parts, rest = [], inputs
@@ -455,7 +460,7 @@ class Assembly:
     def acc_type(self) -> ir.RankedTensorType:
         return self.gathered_type
 
-    def accumulate(self, acc, shards, shifts, inputs, position, n, gather_dim):
+    def accumulate(self, acc, shards, shifts, inputs, position, n, gather_dim, shared=False):
         for shard, (sign, step) in zip(shards, shifts):
             offset = b.block_offset(position, step, n, self.block, sign)
             acc = b.update_dim(acc, shard, gather_dim, offset)
@@ -555,14 +560,16 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
                                      channels() if ring.uses_channel else None)
                 for v, sign in zip(values, (+1, -1))]
 
+    shared = bool(plan.shared_rounds)   # a loop round may hold one block twice
+
     def step(k, shards, accs, invariants):
         *inputs, position = invariants
         shifts = [(+1, k), (-1, k)][:len(shards)]
         results = []
         for consumer, acc in zip(consumers, accs):
             mine, inputs = inputs[:len(consumer.inputs)], inputs[len(consumer.inputs):]
-            results.append(consumer.accumulate(acc, shards, shifts, mine,
-                                               position, n, gather_dim))
+            results.append(consumer.accumulate(acc, shards, shifts, mine, position, n,
+                                               gather_dim, shared and len(shards) == 2))
         return results
 
     def round_(k, carried, invariants):

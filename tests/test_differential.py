@@ -3,10 +3,12 @@ from collections import Counter
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from harness import Program, check
+import overlap_hlo
+from harness import Program, check, partitioner
 
 AG = jax.lax.all_gather
 RS = jax.lax.psum_scatter
@@ -212,19 +214,47 @@ def test_scale_varying_along_the_gathered_dim_is_not_a_view():
           left=Counter({"stablehlo.all_gather": 1}))
 
 
-# (bidirectional, unroll) covering every form of a summing ring's plan on a group of 8:
-# the sum started by round 0's product or from zeros (one stream, unroll 2 and 4),
-# rounds before the loop (unroll 3), the lone round after it (two streams).
-SUMMING_FORMS = [(False, 1), (False, 2), (False, 3), (False, 4), (True, 1), (True, 2)]
+# (bidirectional, unroll, dtype) covering every form of a summing ring's plan on a
+# group of 8: the sum started by round 0's product or from zeros (one stream, unroll 2
+# and 4), rounds before the loop (unroll 3), and with two streams the shared last
+# round, where both hold p+4 (floats weight each half, integers one of them).
+SUMMING_FORMS = [(False, 1, "bfloat16"), (False, 2, "bfloat16"), (False, 3, "bfloat16"),
+                 (False, 4, "bfloat16"), (True, 1, "bfloat16"), (True, 2, "float32"),
+                 (True, 1, "int32")]
 
 
-@pytest.mark.parametrize("bidirectional, unroll", SUMMING_FORMS,
-                         ids=[f"{'bidi' if b else 'one'}-unroll{u}" for b, u in SUMMING_FORMS])
-def test_summing_gather_ring_forms(bidirectional, unroll):
+@pytest.mark.parametrize("bidirectional, unroll, dtype", SUMMING_FORMS,
+                         ids=[f"{'bidi' if b else 'one'}-unroll{u}-{t}" for b, u, t in SUMMING_FORMS])
+def test_summing_gather_ring_forms(bidirectional, unroll, dtype):
     def fsdp(x, w):
         return x @ ag("x", 0)(w)
 
     opts = f"{{bidirectional={str(bidirectional).lower()} unroll={unroll}}}"
     prog = Program(fsdp, (8,), ("x",), [((64, 64), P("x")), ((64, 24), P("x"))], P("x"),
-                   dtype=jnp.bfloat16)
+                   dtype=jnp.dtype(dtype))
     check(prog, pipeline=f"builtin.module(overlap-all-gather-matmul{opts},canonicalize,cse)")
+
+
+def test_shared_round_keeps_infinities_and_nans():
+    """Two streams on 8 devices: the last round holds block p+4 on both streams and
+    weights each half. A non-finite weight in that block gives what the original
+    gives (inf stays inf, not NaN)."""
+    def fsdp(x, w):
+        return x @ ag("x", 0)(w)
+
+    prog = Program(fsdp, (8,), ("x",), [((64, 64), P("x")), ((64, 24), P("x"))], P("x"))
+    x, w = (np.array(a) for a in prog.args(0))
+    x = np.abs(x)             # products of one sign: an inf weight gives +-inf, not NaN
+    w[4 * 8, 3], w[5 * 8 + 1, 7] = np.inf, np.nan  # in the block device 0 gets last
+    args = [jax.device_put(a, s) for a, s in zip((x, w), (s.sharding for s in prog.args(0)))]
+    opts = "{bidirectional=true}"
+    with partitioner(True):
+        lowered = prog.jitted().lower(*args)
+        new = overlap_hlo.rewrite_lowered(
+            lowered, f"builtin.module(overlap-all-gather-matmul{opts})", threshold_mib=0)
+    want, got = np.asarray(lowered.compile()(*args)), np.asarray(new.compile()(*args))
+    assert np.isinf(want).any() and np.isnan(want).any()
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=2e-5, atol=1e-4)

@@ -134,13 +134,16 @@ def test_unchanged_sites_carry_the_plan_they_were_predicted_with():
     (8, False, 4, (1,) * 8, (1,) * 8, 0, 8, ()),
     (8, False, 3, (1,) * 8, (1,) * 8, 2, 8, ()),
     (7, False, 2, (1,) * 7, (1,) * 7, 1, 7, ()),
-    # Two streams, even N: rounds 1..3 send both ways; p+4 alone follows the loop.
-    (8, True, 1, (1, 2, 2, 2, 1), (2, 2, 2, 2, 0), 1, 4, (4,)),
+    # Two streams, even N: both hold p+4 in round 4 (a shared round), in the loop too.
+    (8, True, 1, (1, 2, 2, 2, 2), (2, 2, 2, 2, 2), 1, 5, ()),
+    (8, True, 2, (1, 2, 2, 2, 2), (2, 2, 2, 2, 2), 1, 5, ()),
+    (6, True, 1, (1, 2, 2, 2), (2, 2, 2, 2), 1, 4, ()),
     # Two streams, odd N: every round after 0 in the loop.
     (7, True, 1, (1, 2, 2, 2), (2, 2, 2, 2), 1, 4, ()),
     # Fewer than two rounds of the loop's form: the plain gather ring.
     (2, False, 1, (1, 1), (1, 0), 1, 1, (1,)),
-    (4, True, 1, (1, 2, 1), (2, 1, 0), 1, 1, (1, 2)),
+    (3, True, 1, (1, 2), (2, 0), 1, 1, (1,)),
+    (4, True, 1, (1, 2, 1), (2, 1, 0), 1, 1, (1, 2)),  # a shared round would double the shifts
 ])
 def test_summing_gather_rounds(n, bidi, unroll, blocks, sends, start, stop, after):
     plan = RingPlan(GATHER, n, bidi, unroll, in_loop_sum=True)
@@ -148,7 +151,9 @@ def test_summing_gather_rounds(n, bidi, unroll, blocks, sends, start, stop, afte
                                                                           start, stop)
     assert tuple(plan.rounds_after_loop) == after and plan.remainder == 0
     assert plan.sums_from_zeros == (start == 0)
-    assert sum(plan.blocks) == n                 # every block multiplied once
+    shared = (n // 2,) if bidi and n % 2 == 0 and plan.loop_stop == plan.rounds else ()
+    assert plan.shared_rounds == shared
+    assert sum(plan.blocks) - len(shared) == n   # every block multiplied once
     assert plan.transfers >= RingPlan(GATHER, n, bidi, unroll).transfers
 
 
