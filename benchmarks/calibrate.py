@@ -4,7 +4,7 @@
 
 Compiles the GPT layers of benchmarks/tpu.py (mlp, swiglu, qkv, fsdp; bf16) ahead of
 time for v4:2x2x1, v5e:2x4, v5p:2x2x2 and v6e:2x4 through libtpu, original and
-rewritten (one stream and --bidirectional, unroll=1), and reads every site's
+rewritten (default options and --bidirectional), and reads every site's
 schedule-based time before and after (overlap_hlo.report: the compiler's
 estimated_cycles for compute, the profile's link figures for transfers). The
 analytic model (overlap_hlo.cost) is then fitted to those figures per chip: its
@@ -49,9 +49,8 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                        "calibration.json")
 SLICES = {"tpu-v4": "v4:2x2x1", "tpu-v5e": "v5e:2x4", "tpu-v5p": "v5p:2x2x2",
           "tpu-v6e": "v6e:2x4"}
-# As recorded in results/calibration.json: one round per loop iteration.
-VARIANTS = {"one stream": {"threshold_mib": 0, "unroll": 1},
-            "bidirectional": {"threshold_mib": 0, "bidirectional": True, "unroll": 1}}
+VARIANTS = {"default": {"threshold_mib": 0},
+            "bidirectional": {"threshold_mib": 0, "bidirectional": True}}
 OVERHEADS = ("step_overhead_us", "step_us_per_mib", "loop_overhead_us")
 FITTED = ("matmul_efficiency", *OVERHEADS)
 EFFICIENCIES = np.linspace(0.05, 1.0, 191)   # the scan; refined around its best point

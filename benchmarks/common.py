@@ -49,8 +49,8 @@ ORIGINAL = "original"
 HAND = "hand (JAX ppermute)"
 # Rewritten variants: name -> keyword options of overlap_hlo.rewrite_lowered.
 OPTION_SETS: dict[str, dict] = {
-    "rewritten unroll=1": {"threshold_mib": 0, "unroll": 1},
-    "rewritten bidir unroll=1": {"threshold_mib": 0, "bidirectional": True, "unroll": 1},
+    "rewritten": {"threshold_mib": 0},
+    "rewritten bidir": {"threshold_mib": 0, "bidirectional": True},
     "rewritten unroll=2": {"threshold_mib": 0, "unroll": 2},
     "rewritten bidir+unroll=2": {"threshold_mib": 0, "bidirectional": True, "unroll": 2},
 }

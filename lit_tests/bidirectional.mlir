@@ -1,7 +1,7 @@
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 bidirectional=true unroll=1},overlap-matmul-reduce-scatter{threshold-mib=0 bidirectional=true unroll=1})' --split-input-file | FileCheck %s
-// RUN: overlap-opt %s --threshold-mib=0 --bidirectional --unroll=1 --split-input-file | FileCheck %s --check-prefix=FLAG
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 unroll=1},overlap-matmul-reduce-scatter{threshold-mib=0 unroll=1})' --split-input-file | FileCheck %s --check-prefix=ONEWAY
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 bidirectional=true unroll=1},overlap-matmul-reduce-scatter{threshold-mib=0 bidirectional=true unroll=1})' --split-input-file | FileCheck %s --check-prefix=SENDS
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 bidirectional=true},overlap-matmul-reduce-scatter{threshold-mib=0 bidirectional=true})' --split-input-file | FileCheck %s
+// RUN: overlap-opt %s --threshold-mib=0 --bidirectional --split-input-file | FileCheck %s --check-prefix=FLAG
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0},overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file | FileCheck %s --check-prefix=ONEWAY
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 bidirectional=true},overlap-matmul-reduce-scatter{threshold-mib=0 bidirectional=true})' --split-input-file | FileCheck %s --check-prefix=SENDS
 
 // bidirectional=true: two streams, one shifting down the ring (position q sends to
 // q-1, so after k shifts p holds the shard of p+k) and one shifting up (q sends to

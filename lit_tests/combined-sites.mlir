@@ -1,5 +1,5 @@
-// RUN: overlap-opt %s --threshold-mib=0 --unroll=1 --split-input-file | FileCheck %s
-// RUN: overlap-opt %s --threshold-mib=0 --unroll=1 --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
+// RUN: overlap-opt %s --threshold-mib=0 --split-input-file | FileCheck %s
+// RUN: overlap-opt %s --threshold-mib=0 --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
 
 // A dot between an all_gather and a reduce_scatter (FSDP x TP: the weight gathered
 // over groups of 4 along its contracting dim, the product scattered over groups of 2

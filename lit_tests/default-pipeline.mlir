@@ -1,13 +1,11 @@
-// RUN: overlap-opt %s --threshold-mib=0 --unroll=1 | FileCheck %s
-// RUN: overlap-opt %s --threshold-mib=0 | FileCheck %s --check-prefix=UNROLL2
+// RUN: overlap-opt %s --threshold-mib=0 | FileCheck %s
 // RUN: overlap-opt %s --threshold-mib=0 --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
 // RUN: overlap-opt %s | FileCheck %s --check-prefix=DEFAULT
 
 // The default pipeline (overlap-all-gather-matmul, overlap-matmul-reduce-scatter,
 // canonicalize, cse) on a sequence-parallel MLP as jax.shard_map emits it over a
 // 4x2 mesh (tensor axis "x"): all_gather(x) -> dot(w1) -> tanh -> dot(w2) ->
-// reduce_scatter. With --unroll=1 (one round per loop iteration), both collectives
-// become collective_permute rings: the gather's
+// reduce_scatter. Both collectives become collective_permute rings: the gather's
 // round 0 and first permute before its loop, the scatter's rounds 0 and 1 (its
 // first permute) before its loop and every later round (the last one included)
 // inside it, the last sum after it. The four permutes get distinct fresh channels
@@ -53,30 +51,6 @@
 // CHECK-NOT: stablehlo.all_gather
 // CHECK-NOT: stablehlo.reduce_scatter
 // CHECK: return
-
-// By default (unroll=2) each loop iteration runs two rounds, so that the carried
-// shard or sum alternates between two buffers instead of being copied once per
-// iteration: the gather's loop runs rounds 1..2 (its second permute after an
-// optimization_barrier with the first round's result), the scatter's rounds 2..3.
-// UNROLL2-LABEL: func.func public @main
-// UNROLL2-NOT: stablehlo.all_gather
-// UNROLL2: stablehlo.while
-// UNROLL2-NEXT: cond {
-// UNROLL2-NEXT: stablehlo.compare LT, %{{[^ ]+}}, %[[UNROLL2_THREE:[^ ]+]]
-// UNROLL2: } do {
-// UNROLL2-NEXT: %[[UNROLL2_M1:.*]] = "stablehlo.collective_permute"
-// UNROLL2: stablehlo.dot_general
-// UNROLL2: %[[UNROLL2_T:.*]]:2 = stablehlo.optimization_barrier %[[UNROLL2_M1]],
-// UNROLL2-NEXT: "stablehlo.collective_permute"(%[[UNROLL2_T]]#0)
-// UNROLL2: stablehlo.dot_general %[[UNROLL2_T]]#0
-// UNROLL2: stablehlo.return
-// UNROLL2: stablehlo.while
-// UNROLL2: } do {
-// UNROLL2-COUNT-2: "stablehlo.collective_permute"
-// UNROLL2-NOT: "stablehlo.collective_permute"
-// UNROLL2: stablehlo.return
-// UNROLL2-NOT: stablehlo.reduce_scatter
-// UNROLL2: sdy.return
 
 // Under the default threshold (1 MiB) these 8 KiB collectives stay as they are.
 // DEFAULT-LABEL: func.func public @main

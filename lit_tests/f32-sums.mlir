@@ -1,5 +1,5 @@
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 f32-sums=true unroll=1})' | FileCheck %s
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 unroll=1})' | FileCheck %s --check-prefix=DEFAULT
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 f32-sums=true})' | FileCheck %s
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0})' | FileCheck %s --check-prefix=DEFAULT
 
 // f32-sums: a bf16 dot whose gathered dim is contracting sums its partial products in
 // f32 (the partial dots return f32) and converts the sum to bf16 once, after the

@@ -1,6 +1,6 @@
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 unroll=1})' --split-input-file | FileCheck %s
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 unroll=1})' --split-input-file | FileCheck %s --check-prefix=INLINE
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 unroll=1})' --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0})' --split-input-file | FileCheck %s
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0})' --split-input-file | FileCheck %s --check-prefix=INLINE
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0})' --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
 // RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul)' --split-input-file | FileCheck %s --check-prefix=DEFAULT
 // RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul)' --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=DEFAULT-REMARK
 

@@ -1,6 +1,6 @@
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0 unroll=1})' --split-input-file | FileCheck %s
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0 unroll=1})' --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0 unroll=1})' --split-input-file | FileCheck %s --check-prefix=GONE
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file | FileCheck %s
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file | FileCheck %s --check-prefix=GONE
 
 // Scatter dim 0 comes from a free dim of the lhs; 2 contiguous groups of 4. The
 // ring is pipelined: round 0 computes this device's block (p + 1) mod 4 of the

@@ -1,5 +1,5 @@
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 unroll=1})' --split-input-file | FileCheck %s
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 unroll=1})' --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0})' --split-input-file | FileCheck %s
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0})' --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
 
 // Several dots reading one all_gather share ONE ring when every dot's other operand
 // already exists at the first dot: the shard travels once (one permute per round)

@@ -1,5 +1,5 @@
-// RUN: overlap-opt %s --threshold-mib=0 --unroll=1 --split-input-file | FileCheck %s
-// RUN: overlap-opt %s --threshold-mib=0 --unroll=1 --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
+// RUN: overlap-opt %s --threshold-mib=0 --split-input-file | FileCheck %s
+// RUN: overlap-opt %s --threshold-mib=0 --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
 
 // A bf16 gather upcast and transposed before the dot: the permutes (before and in
 // the loop) carry the bf16 shard; the convert and transpose are replayed on each

@@ -203,10 +203,8 @@ class RewritePass:
     bidirectional: bool = field(default=False, metadata={
         "help": "two streams in opposite ring directions, about N/2 rounds "
                 "(groups of 2 fall back to one stream)"})
-    unroll: int = field(default=2, metadata={
-        "help": "ring rounds per loop iteration; with 2 (the default) a loop's carried "
-                "shard or sum alternates between two buffers instead of being copied each "
-                "iteration (the rounds that fill no iteration run outside the loop)"})
+    unroll: int = field(default=1, metadata={
+        "help": "ring rounds per loop iteration (the remainder is emitted after the loop)"})
     f32_sums: bool = field(default=False, metadata={
         "help": "overlap-all-gather-matmul: sum the partial products of a contracting "
                 "gathered dim in f32 when the result is a narrower float (default: in the "

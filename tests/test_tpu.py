@@ -107,12 +107,10 @@ def check_structure(rep: report.Report, ring: int) -> None:
 def test_one_stream_v5e(one_stream):
     check_structure(one_stream, ring=8)
     gather = next(row for row in one_stream.sites if row.pattern == GATHER)
-    # Default unroll=2: rounds 1..6 in the loop, two per iteration; 0 and 7 outside.
-    assert gather.trip_counts == [3]
-    assert len({loop.body for loop in one_stream.rewritten.loops}) == 2   # one per ring
-    # Two rounds per iteration: the carried shard and sum alternate between two
-    # buffers, so no loop body copies a carried buffer.
-    assert one_stream.rewritten.loop_copies == []
+    assert gather.trip_counts == [6]           # rounds 1..6 in the loop, 0 and 7 outside
+    bodies = {loop.body for loop in one_stream.rewritten.loops}
+    assert len(bodies) == 2                    # one loop per ring
+    assert {c.body for c in one_stream.rewritten.loop_copies} <= bodies
 
 
 def test_bidirectional_v5e():

@@ -180,8 +180,7 @@ def add_pass_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bidirectional", action="store_const", const=True, default=None,
                         help="rings in both directions (about N/2 rounds)")
     parser.add_argument("--unroll", type=_unroll, metavar="N",
-                        help="ring rounds per loop iteration (default 2: no copy of the "
-                             "carried shard per iteration)")
+                        help="ring rounds per loop iteration (default 1)")
     parser.add_argument("--f32-sums", action="store_const", const=True, default=None,
                         help="sum the partial products of a contracting gathered dim in "
                              "f32 for bf16/f16 results (default: in the result's type)")

@@ -2,7 +2,7 @@
 
 // Every overlap pass lists its four options with their types and defaults:
 // threshold-mib is unset by default (1 MiB applies unless a hardware profile is
-// named), hardware is unset, bidirectional is false and unroll is 2. The built-in
+// named), hardware is unset, bidirectional is false and unroll is 1. The built-in
 // hardware profiles are listed at the end.
 
 // CHECK-LABEL: overlap-all-gather-matmul
@@ -11,14 +11,14 @@
 // CHECK-NEXT: threshold-mib=<float>  (default: unset)
 // CHECK: hardware=<str>  (default: unset)
 // CHECK: bidirectional=<bool>  (default: false)
-// CHECK: unroll=<int>  (default: 2)
+// CHECK: unroll=<int>  (default: 1)
 // CHECK-LABEL: overlap-matmul-reduce-scatter
 // CHECK-NEXT: dot_general feeding reduce_scatter
 // CHECK: Options:
 // CHECK-NEXT: threshold-mib=<float>  (default: unset)
 // CHECK: hardware=<str>  (default: unset)
 // CHECK: bidirectional=<bool>  (default: false)
-// CHECK: unroll=<int>  (default: 2)
+// CHECK: unroll=<int>  (default: 1)
 // CHECK: Upstream MLIR passes such as canonicalize and cse can be used in --pass-pipeline
 // CHECK: Default pipeline: builtin.module(overlap-all-gather-matmul,overlap-matmul-reduce-scatter,canonicalize,cse)
 // CHECK: Hardware profiles:
