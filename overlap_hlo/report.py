@@ -126,7 +126,11 @@ class Report:
         mib = 2 ** 20
         lines.append(f"TPU temporaries: {self.original_temp_bytes / mib:.1f} MiB -> "
                      f"{self.rewritten_temp_bytes / mib:.1f} MiB; "
-                     f"{len(self.rewritten.loop_copies)} loop-carried copies in loop bodies; "
+                     f"{len(self.rewritten.loop_copies)} loop-carried copies in loop bodies"
+                     + (" (a buffer shifted an odd number of times per iteration is "
+                        "copied; with --unroll=2 it alternates between two)"
+                        if self.rewritten.loop_copies else "")
+                     + "; "
                      f"{self.topology} ({self.hardware} links, compiler cycles at "
                      f"{self.clock_ghz:g} GHz)")
         unknown = [loop.name for a in (self.original, self.rewritten) for loop in a.loops
