@@ -31,6 +31,18 @@ GATHER_MODULE = """module attributes {{mhlo.num_partitions = {n} : i32, mhlo.num
   }}
 }}"""
 
+# An all_gather along the dot's contracting dim: a ring that sums its products. {manual}
+# is empty, or MANUAL to compile it as the per-device program (run_spmd_module).
+SUMMING_GATHER_MODULE = """module attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
+  func.func @main(%x: tensor<16x2xf32>{manual}, %w: tensor<{full}x8xf32>{manual}) -> (tensor<16x8xf32>{manual}) {{
+    %0 = "stablehlo.all_gather"(%x) <{{all_gather_dim = 1 : i64, channel_handle = #stablehlo.channel_handle<handle = {handle}, type = 1>, replica_groups = dense<[{group}]> : tensor<1x{n}xi64>, use_global_device_ids}}> : (tensor<16x2xf32>) -> tensor<16x{full}xf32>
+    %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<16x{full}xf32>, tensor<{full}x8xf32>) -> tensor<16x8xf32>
+    return %1 : tensor<16x8xf32>
+  }}
+}}"""
+
+MANUAL = ' {mhlo.sharding = "{manual}"}'
+
 SCATTER_MODULE = """module attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
   func.func @f(%x: tensor<{full}x16xf32>, %w: tensor<16x8xf32>) -> tensor<2x8xf32> {{
     %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<{full}x16xf32>, tensor<16x8xf32>) -> tensor<{full}x8xf32>

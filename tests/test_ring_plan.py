@@ -3,11 +3,13 @@ stablehlo.while ops, permutes built and executed), for every group size, directi
 and unroll; the remarks' sites carry the plan the ring was built from."""
 import itertools
 
+import numpy as np
 import pytest
 from jaxlib.mlir import ir
 
 import overlap_hlo
-from harness import GATHER_MODULE, SCATTER_MODULE, ops_named
+from harness import (GATHER_MODULE, MANUAL, SCATTER_MODULE, SUMMING_GATHER_MODULE, ops_named,
+                     run_spmd_module)
 from overlap_hlo.ring_plan import GATHER, SCATTER, RingPlan
 
 TEMPLATES = {GATHER: GATHER_MODULE, SCATTER: SCATTER_MODULE}
@@ -157,19 +159,11 @@ def test_summing_gather_rounds(n, bidi, unroll, blocks, sends, start, stop, afte
     assert plan.transfers >= RingPlan(GATHER, n, bidi, unroll).transfers
 
 
-SUM_MODULE = """module attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
-  func.func @f(%x: tensor<16x2xf32>, %w: tensor<{full}x8xf32>) -> tensor<16x8xf32> {{
-    %0 = "stablehlo.all_gather"(%x) <{{all_gather_dim = 1 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[{group}]> : tensor<1x{n}xi64>, use_global_device_ids}}> : (tensor<16x2xf32>) -> tensor<16x{full}xf32>
-    %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<16x{full}xf32>, tensor<{full}x8xf32>) -> tensor<16x8xf32>
-    return %1 : tensor<16x8xf32>
-  }}
-}}"""
-
-
 def test_emitted_summing_loops_are_the_plan():
     """A contracting gathered dim: the loops are the in_loop_sum plan's."""
     for n, bidi, unroll in GRID:
-        module = overlap_hlo.parse(SUM_MODULE.format(n=n, full=2 * n, group=list(range(n))))
+        module = overlap_hlo.parse(SUMMING_GATHER_MODULE.format(
+            n=n, full=2 * n, group=list(range(n)), handle=1, manual=""))
         (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
                                              unroll=unroll)
         plan = RingPlan(GATHER, n, bidi, unroll, in_loop_sum=True)
@@ -177,3 +171,23 @@ def test_emitted_summing_loops_are_the_plan():
         trips, built, executed = structure(module)
         assert trips == ([plan.trip_count] if plan.trip_count else []), (plan, trips)
         assert built == plan.permutes and executed == plan.transfers, plan
+
+
+@pytest.mark.parametrize("n", range(2, 9))
+def test_summing_rings_compute_the_gathered_dot(n):
+    """Every plan form of a summing ring over a group of n (one or two streams, unroll
+    1-3: product- or zero-started sums, rounds before the loop, shared last rounds)
+    gives the original's result on n host CPU devices."""
+    text = SUMMING_GATHER_MODULE.format(n=n, full=2 * n, group=list(range(n)), handle=1,
+                                        manual=MANUAL)
+    rng = np.random.default_rng(n)
+    inputs = [rng.standard_normal((n, 16, 2), np.float32),
+              np.repeat(rng.standard_normal((1, 2 * n, 8), np.float32), n, axis=0)]
+    want = run_spmd_module(text, 1, n, inputs)[0]
+    for bidi, unroll in itertools.product((False, True), (1, 2, 3)):
+        module = overlap_hlo.parse(text)
+        (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
+                                             unroll=unroll)
+        assert site.applied, site.format()
+        got = run_spmd_module(overlap_hlo.serialize(module), 1, n, inputs)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=site.plan.describe())
