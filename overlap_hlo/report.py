@@ -271,16 +271,19 @@ class _SiteTime:
     collectives: tuple
 
 
-def _site_time(analysis: Analysis, location: str, dots: frozenset) -> _SiteTime:
+def _site_time(analysis: Analysis, location: str, dots: frozenset,
+               also: tuple = ()) -> _SiteTime:
     """The site's time in one compiled module: its collectives' and permutes' waits,
-    the compute at its location, and the matmuls beside its collectives. A collective
-    without a location belongs to the site when a matmul beside it sits at one of the
-    site's `dots` locations."""
+    the compute at its location, the matmuls beside its collectives and the
+    instructions named in `also` (copies the compiler put in its loops, which carry no
+    location). A collective without a location belongs to the site when a matmul
+    beside it sits at one of the site's `dots` locations."""
     collectives = [c for c in analysis.collectives if c.location == location or (
         not c.location and any(_where(m) in dots for m in analysis.matmuls_beside(c)))]
     exposed = (sum(c.exposed_us for c in collectives)
                + sum(p.exposed_us for p in analysis.permutes_at(location)))
     compute = analysis.compute_by_location.get(location, 0.0)
+    compute += sum(analysis.compute_by_name.get(name, 0.0) for name in also)
     for collective in collectives:
         for dot in analysis.matmuls_beside(collective):
             if _where(dot) != location:
@@ -297,11 +300,12 @@ def _row(location, sites, original, rewritten, model, dots, input_name) -> SiteR
                 break
     permutes = rewritten.permutes_at(hlo_location)
     dots = frozenset(_hlo_spelling(d, hlo_location, location) for d in dots)
-    before = _site_time(original, hlo_location, dots)
-    after = _site_time(rewritten, hlo_location, dots)
     loops = [loop for loop in rewritten.loops if loop.location == hlo_location]
     copies = [c for c in rewritten.loop_copies
               if any(loop.body == c.body for loop in loops)]
+    before = _site_time(original, hlo_location, dots)
+    after = _site_time(rewritten, hlo_location, dots,
+                       also=tuple(c.name for c in copies if c.location != hlo_location))
     estimates = model.get(location, [])
     return SiteRow(
         location=location, pattern=sites[0].pattern, applied=all(s.applied for s in sites),

@@ -127,6 +127,10 @@ def test_summing_gather_ring_ends_in_its_loop(fsdp_reports, fsdp_lowered, name):
              if instr.opcode == "while"]
     assert [schedule.trip_count(proto, loop) for loop in loops] == [plan.trip_count]
     assert not {c.opcode for c in rep.rewritten.collectives} & {"all-gather"}
+    # The module is this one site: its times are the module's, the copies the compiler
+    # put in its loop included (they carry no location of their own).
+    assert row.after_us == pytest.approx(rep.rewritten_us)
+    assert row.before_us == pytest.approx(rep.original_us)
 
 
 def test_unrolled_gather_ring_keeps_a_dot_beside_every_permute():
