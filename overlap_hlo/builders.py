@@ -94,8 +94,8 @@ def equal(a: ir.Value, b: ir.Value) -> ir.Value:
 
 def split_weight(pred: ir.Value, first: ir.Value, second: ir.Value) -> list[ir.Value]:
     """`[first, second]`, weighted where the scalar `pred` holds so that two products
-    of one block with them sum to one: floats halved (exact, and inf or NaN stay
-    what they were; exact but for subnormals), integers `(1, 0)`."""
+    of one block with them sum to one: floats halved (exact but for subnormals; inf
+    and NaN stay what they were), integers `(1, 0)`."""
     elt = first.type.element_type
     if isinstance(elt, ir.FloatType):
         half = stablehlo.constant(ir.DenseElementsAttr.get_splat(

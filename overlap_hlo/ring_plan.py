@@ -102,10 +102,10 @@ class RingPlan:
 
     @property
     def shared_rounds(self) -> tuple[int, ...]:
-        """Rounds that multiply two blocks held by both streams at once, p+k = p-k (mod
-        N): the emitter zeroes one of them (module docstring)."""
-        return tuple(k for k, blocks in enumerate(self.blocks)
-                     if blocks == 2 and (2 * k) % self.group_size == 0)
+        """all_gather rounds that multiply one block held by both streams, p+k = p-k
+        (mod N): the emitter weights each by half (module docstring)."""
+        return tuple(k for k, blocks in enumerate(self.blocks) if self.kind == GATHER
+                     and blocks == 2 and (2 * k) % self.group_size == 0)
 
     @property
     def sums_from_zeros(self) -> bool:
