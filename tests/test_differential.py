@@ -223,26 +223,28 @@ SUMMING_FORMS = [(False, 1, "bfloat16"), (False, 2, "bfloat16"), (False, 3, "bfl
                  (True, 1, "int32")]
 
 
-@pytest.mark.parametrize("bidirectional, unroll, dtype", SUMMING_FORMS,
-                         ids=[f"{'bidi' if b else 'one'}-unroll{u}-{t}" for b, u, t in SUMMING_FORMS])
-def test_summing_gather_ring_forms(bidirectional, unroll, dtype):
+def fsdp_program(dtype=jnp.float32) -> Program:
+    """x @ all_gather(w) over one group of 8, w gathered along its rows (contracting)."""
     def fsdp(x, w):
         return x @ ag("x", 0)(w)
 
+    return Program(fsdp, (8,), ("x",), [((64, 64), P("x")), ((64, 24), P("x"))], P("x"),
+                   dtype=dtype)
+
+
+@pytest.mark.parametrize("bidirectional, unroll, dtype", SUMMING_FORMS,
+                         ids=[f"{'bidi' if b else 'one'}-unroll{u}-{t}" for b, u, t in SUMMING_FORMS])
+def test_summing_gather_ring_forms(bidirectional, unroll, dtype):
     opts = f"{{bidirectional={str(bidirectional).lower()} unroll={unroll}}}"
-    prog = Program(fsdp, (8,), ("x",), [((64, 64), P("x")), ((64, 24), P("x"))], P("x"),
-                   dtype=jnp.dtype(dtype))
-    check(prog, pipeline=f"builtin.module(overlap-all-gather-matmul{opts},canonicalize,cse)")
+    check(fsdp_program(jnp.dtype(dtype)),
+          pipeline=f"builtin.module(overlap-all-gather-matmul{opts},canonicalize,cse)")
 
 
 def test_shared_round_keeps_infinities_and_nans():
     """Two streams on 8 devices: the last round holds block p+4 on both streams and
     weights each half. A non-finite weight in that block gives what the original
     gives (inf stays inf, not NaN)."""
-    def fsdp(x, w):
-        return x @ ag("x", 0)(w)
-
-    prog = Program(fsdp, (8,), ("x",), [((64, 64), P("x")), ((64, 24), P("x"))], P("x"))
+    prog = fsdp_program()
     x, w = (np.array(a) for a in prog.args(0))
     x = np.abs(x)             # products of one sign: an inf weight gives +-inf, not NaN
     w[4 * 8, 3], w[5 * 8 + 1, 7] = np.inf, np.nan  # in the block device 0 gets last

@@ -111,8 +111,9 @@ def test_one_stream_v5e(one_stream):
     bodies = {loop.body for loop in one_stream.rewritten.loops}
     assert len(bodies) == 2                    # one loop per ring
     assert {c.body for c in one_stream.rewritten.loop_copies} <= bodies
-    if one_stream.rewritten.loop_copies:   # one shift per iteration: the report says why
-        assert "with --unroll=2 it alternates between two" in one_stream.format()
+    # One shift per iteration: the carried shard is copied, and the report says why.
+    assert one_stream.rewritten.loop_copies
+    assert "with --unroll=2 it alternates between two" in one_stream.format()
 
 
 def test_bidirectional_v5e():

@@ -55,6 +55,14 @@ def variant_reports(lowered, options: dict) -> dict:
     return report.build_variants(lowered, TOPOLOGY, variants)
 
 
+def compiled_trip_counts(rep) -> list:
+    """The trip count of every while loop in the rewritten executable, read from its
+    instructions."""
+    proto = rep.rewritten.proto
+    return [schedule.trip_count(proto, instr) for comp in proto.computations.values()
+            for instr in comp.instructions if instr.opcode == "while"]
+
+
 @pytest.fixture(scope="module")
 def reports(lowered):
     return variant_reports(lowered, OPTIONS)
@@ -82,10 +90,7 @@ def test_compiled_loop_runs_the_plans_trip_count(reports, lowered, name):
     (site,) = overlap_hlo.remarks(lowered.as_text(), threshold_mib=0, **OPTIONS[name])
     plan = site.plan
     assert plan == RingPlan(SCATTER, 8, **OPTIONS[name]) and plan.trip_count >= 2
-    proto = reports[name].rewritten.proto
-    loops = [instr for comp in proto.computations.values() for instr in comp.instructions
-             if instr.opcode == "while"]
-    assert [schedule.trip_count(proto, loop) for loop in loops] == [plan.trip_count]
+    assert compiled_trip_counts(reports[name]) == [plan.trip_count]
 
 
 # --- an FSDP weight gather: the gathered dim is the dot's contracting dim ----------------
@@ -122,10 +127,7 @@ def test_summing_gather_ring_ends_in_its_loop(fsdp_reports, fsdp_lowered, name):
     rep = fsdp_reports[name]
     (row,) = rep.sites
     assert row.overlapped == row.permutes > 0, row.permute_details
-    proto = rep.rewritten.proto
-    loops = [instr for comp in proto.computations.values() for instr in comp.instructions
-             if instr.opcode == "while"]
-    assert [schedule.trip_count(proto, loop) for loop in loops] == [plan.trip_count]
+    assert compiled_trip_counts(rep) == [plan.trip_count]
     assert not {c.opcode for c in rep.rewritten.collectives} & {"all-gather"}
     # The module is this one site: its times are the module's, the copies the compiler
     # put in its loop included (they carry no location of their own).
