@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 import warnings
-from collections import Counter
+from collections import Counter, OrderedDict
 
 import numpy as np
 from jaxlib.mlir import ir
@@ -313,21 +314,49 @@ def rewrite_exported(exported, pipeline: str | None = DEFAULT_PIPELINE, **option
     """A new `jax.export.Exported` carrying the rewritten module.
 
     Its `.call()` runs the rewritten module, and it survives serialize()/deserialize().
+    Its backward module is rewritten too: `.vjp()`, `serialize(vjp_order=...)` and
+    `jax.grad` of `.call` run the rewritten VJP.
     """
     pass_defaults(options, "rewrite_exported")
+    return _rewrite_exported(exported, pipeline, options, stacklevel=2)
+
+
+def _rewrite_exported(exported, pipeline, options, stacklevel: int):
     module = parse(exported.mlir_module())
     _warn_unchanged(_rewrite(module, pipeline, True, None, options, "rewrite_exported"),
-                    stacklevel=2)
+                    stacklevel + 1)
     payload = serialize(module, portable_artifact=True)
-    return dataclasses.replace(exported, mlir_module_serialized=payload)
+    get_vjp = exported._get_vjp
+    if get_vjp is not None:
+        get_vjp = functools.partial(_rewritten_vjp, get_vjp, pipeline, options)
+    return dataclasses.replace(exported, mlir_module_serialized=payload, _get_vjp=get_vjp)
+
+
+def _rewritten_vjp(get_vjp, pipeline, options, exported):
+    """The VJP that `get_vjp` exports for `exported`, rewritten the same way."""
+    return _rewrite_exported(get_vjp(exported), pipeline, options, stacklevel=3)
+
+
+# Executables an Overlapped keeps, least recently used dropped first; each holds a
+# compiled program.
+MAX_EXECUTABLES = 64
 
 
 class Overlapped:
     """A jitted function whose executables run the rewritten module.
 
-    Calling it lowers the function for the arguments' shapes, dtypes and shardings,
-    rewrites the lowering, compiles it once per such signature and runs it.
+    Calling it lowers the function for the arguments, rewrites the lowering, compiles
+    it once per signature and runs it. The signature is what `jax.jit` keys its own
+    cache on: each argument's shape, dtype, weak type and sharding, the values of
+    static arguments (`static_argnums` / `static_argnames` of the jitted function),
+    and the configuration that affects lowering (`jax.default_matmul_precision`, the
+    mesh context, ...). Python scalars are traced arguments, as in `jax.jit`: a new
+    learning rate reuses the executable. At most MAX_EXECUTABLES are kept.
     `lower(*args)` gives the rewritten `jax.stages.Lowered` itself.
+
+    JAX transformations (`jax.grad`, `jax.vmap`, `jax.eval_shape`) cannot look into
+    a compiled executable: apply them first and wrap the result,
+    `overlap(jax.jit(jax.grad(loss)))`.
     """
 
     def __init__(self, jitted, pipeline: str | None = DEFAULT_PIPELINE, **options):
@@ -337,9 +366,11 @@ class Overlapped:
         self.jitted = jitted if hasattr(jitted, "lower") else jax.jit(jitted)
         self.pipeline = _pipeline_text(pipeline)
         self.options = options
-        self._compiled: dict = {}
+        self._static = compat.static_arguments(self.jitted)
+        self._compiled: OrderedDict = OrderedDict()
 
     def lower(self, *args, **kwargs):
+        _refuse_tracers(args, kwargs)
         return self._lower(args, kwargs, stacklevel=2)
 
     def _lower(self, args, kwargs, stacklevel: int):
@@ -347,25 +378,59 @@ class Overlapped:
                                 self.options, stacklevel + 1)
 
     def __call__(self, *args, **kwargs):
-        import jax
-
-        leaves, tree = jax.tree.flatten((args, kwargs))
-        key = (tree, tuple(_signature(leaf) for leaf in leaves))
+        _refuse_tracers(args, kwargs)
+        key, dynamic_args, dynamic_kwargs = self._signature(args, kwargs)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self._compiled[key] = self._lower(args, kwargs, stacklevel=2).compile()
-        return compiled(*args, **kwargs)
+            compiled = self._lower(args, kwargs, stacklevel=2).compile()
+            self._compiled[key] = compiled
+            if len(self._compiled) > MAX_EXECUTABLES:
+                self._compiled.popitem(last=False)
+        else:
+            self._compiled.move_to_end(key)
+        return compiled(*dynamic_args, **dynamic_kwargs)
+
+    def _signature(self, args, kwargs):
+        """(cache key, dynamic positional args, dynamic keyword args)."""
+        import jax
+
+        argnums, argnames = self._static
+        static = {i if i >= 0 else len(args) + i for i in argnums}
+        statics = (tuple((i, args[i]) for i in sorted(static) if i < len(args))
+                   + tuple(sorted((k, v) for k, v in kwargs.items() if k in argnames)))
+        try:
+            hash(statics)
+        except TypeError as err:
+            raise ValueError(f"overlap(): static arguments must be hashable, as for "
+                             f"jax.jit ({err})") from None
+        dynamic_args = tuple(a for i, a in enumerate(args) if i not in static)
+        dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in argnames}
+        leaves, tree = jax.tree.flatten((dynamic_args, dynamic_kwargs))
+        key = (tree, statics, tuple(_leaf_signature(leaf) for leaf in leaves),
+               compat.trace_context())
+        return key, dynamic_args, dynamic_kwargs
 
 
-def _signature(leaf):
+def _leaf_signature(leaf):
+    """Shape, dtype, weak type and (for a jax.Array) sharding, as jax.jit sees them."""
+    import jax
+    from jax.api_util import shaped_abstractify
+
+    aval = shaped_abstractify(leaf)
+    sharding = leaf.sharding if isinstance(leaf, jax.Array) else None
+    return (tuple(aval.shape), aval.dtype, aval.weak_type, sharding)
+
+
+def _refuse_tracers(args, kwargs) -> None:
+    """A clear error, before any work, when a JAX transformation calls the wrapper."""
     import jax
 
-    shape = getattr(leaf, "shape", None)
-    dtype = getattr(leaf, "dtype", None)
-    sharding = getattr(leaf, "sharding", None) if isinstance(leaf, jax.Array) else None
-    if shape is None:
-        return ("static", type(leaf), leaf)
-    return (tuple(shape), str(dtype), sharding)
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves((args, kwargs))):
+        raise TypeError(
+            "an overlap()-wrapped function runs a compiled executable and cannot be "
+            "transformed (jax.grad, jax.vmap, jax.eval_shape, or a call inside another "
+            "jax.jit); transform first and wrap the result: "
+            "overlap_hlo.overlap(jax.jit(jax.grad(loss)))")
 
 
 def overlap(fn, pipeline: str | None = DEFAULT_PIPELINE, **options) -> Overlapped:

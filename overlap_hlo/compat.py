@@ -70,3 +70,20 @@ def stablehlo_version() -> str:
     from jaxlib.mlir.dialects import stablehlo
 
     return stablehlo.get_current_version()
+
+
+def static_arguments(jitted) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The static_argnums and static_argnames of a `jax.jit` function (resolved against
+    its signature, as jit itself does); empty for anything else."""
+    info = getattr(jitted, "_jit_info", None)
+    if info is None:
+        return (), ()
+    return tuple(info.static_argnums), tuple(info.static_argnames)
+
+
+def trace_context():
+    """The configuration state that jax.jit keys its cache on besides the arguments
+    (default_matmul_precision, the mesh context, x64, ...): hashable."""
+    from jax._src import config
+
+    return config.trace_context()
