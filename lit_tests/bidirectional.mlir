@@ -164,8 +164,10 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // along the paired contracting dim, and one dot sums both blocks into the
 // accumulator. The loop runs rounds 1..4, each sending both shards on (nothing
 // reads the last ones): in round 4 both streams hold block p + 4, and where the
-// two offsets match both rhs blocks are halved, so that block counts once and the
-// sum stays in the loop: the loop's result is the function's.
+// two offsets match the rhs block is split between them so that it counts once:
+// each element halved where that is exact (at least twice the smallest normal
+// number), else whole in the down stream's and zero in the up stream's. The sum
+// stays in the loop: the loop's result is the function's.
 // CHECK-LABEL: func.func @ag_contracting_lhs_8
 // CHECK-SAME: (%[[C8_X:.*]]: tensor<8x2xf32>, %[[C8_W:.*]]: tensor<16x8xf32>)
 // CHECK-NOT: stablehlo.all_gather
@@ -193,9 +195,14 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: %[[C8_SAME:.*]] = stablehlo.compare EQ, %[[C8_OFFD]], %[[C8_OFFU]]
 // CHECK-NEXT: %[[C8_HALF:.*]] = stablehlo.constant dense<5.000000e-01> : tensor<2x8xf32>
 // CHECK-NEXT: %[[C8_HD:.*]] = stablehlo.multiply %[[C8_SD]], %[[C8_HALF]]
-// CHECK-NEXT: %[[C8_WD:.*]] = stablehlo.select %[[C8_SAME]], %[[C8_HD]], %[[C8_SD]]
-// CHECK-NEXT: %[[C8_HU:.*]] = stablehlo.multiply %[[C8_SU]], %[[C8_HALF]]
-// CHECK-NEXT: %[[C8_WU:.*]] = stablehlo.select %[[C8_SAME]], %[[C8_HU]], %[[C8_SU]]
+// CHECK-NEXT: %[[C8_ABS:.*]] = stablehlo.abs %[[C8_SD]]
+// CHECK-NEXT: %[[C8_NORMAL:.*]] = stablehlo.constant dense<2.3509887E-38> : tensor<2x8xf32>
+// CHECK-NEXT: %[[C8_EXACT:.*]] = stablehlo.compare GE, %[[C8_ABS]], %[[C8_NORMAL]]
+// CHECK-NEXT: %[[C8_KD:.*]] = stablehlo.select %[[C8_EXACT]], %[[C8_HD]], %[[C8_SD]]
+// CHECK-NEXT: %[[C8_WD:.*]] = stablehlo.select %[[C8_SAME]], %[[C8_KD]], %[[C8_SD]]
+// CHECK-NEXT: %[[C8_ZERO:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<2x8xf32>
+// CHECK-NEXT: %[[C8_KU:.*]] = stablehlo.select %[[C8_EXACT]], %[[C8_HD]], %[[C8_ZERO]]
+// CHECK-NEXT: %[[C8_WU:.*]] = stablehlo.select %[[C8_SAME]], %[[C8_KU]], %[[C8_SU]]
 // CHECK-NEXT: %[[C8_WCAT:.*]] = stablehlo.concatenate %[[C8_WD]], %[[C8_WU]], dim = 0 : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<4x8xf32>
 // CHECK-NEXT: %[[C8_PART:.*]] = stablehlo.dot_general %[[C8_CAT]], %[[C8_WCAT]], contracting_dims = [1] x [0] : (tensor<8x4xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
 // CHECK-NEXT: stablehlo.add %[[C8_PART]], %[[C8_ACC]] : tensor<8x8xf32>

@@ -93,15 +93,46 @@ def equal(a: ir.Value, b: ir.Value) -> ir.Value:
 
 
 def split_weight(pred: ir.Value, first: ir.Value, second: ir.Value) -> list[ir.Value]:
-    """`[first, second]`, weighted where the scalar `pred` holds so that two products
-    of one block with them sum to one: floats halved (exact but for subnormals; inf
-    and NaN stay what they were), integers `(1, 0)`."""
+    """`[first, second]`, weighted where the scalar `pred` holds (then the two slices are
+    one block) so that two products of one block with them sum to exactly one: each
+    float element halved where that is exact (at least twice the smallest normal
+    number of its type; inf and NaN stay what they were), else kept whole in the
+    first and zeroed in the second; integers `(1, 0)`."""
     elt = first.type.element_type
-    if isinstance(elt, ir.FloatType):
-        half = stablehlo.constant(ir.DenseElementsAttr.get_splat(
-            first.type, ir.FloatAttr.get(elt, 0.5)))
-        return [stablehlo.select(pred, mul(v, half), v) for v in (first, second)]
-    return [first, stablehlo.select(pred, zeros(second.type), second)]
+    if not isinstance(elt, ir.FloatType):
+        return [first, stablehlo.select(pred, zeros(second.type), second)]
+    halves = mul(first, splat(first.type, 0.5))
+    normal = smallest_normal(elt)
+    if normal is None:   # a type numpy does not know: halve only inf and NaN
+        exact = stablehlo.not_(stablehlo.is_finite(first))
+    else:
+        exact = stablehlo.compare(stablehlo.abs(first), splat(first.type, 2 * normal),
+                                  stablehlo.ComparisonDirectionAttr.get("GE"))
+    return [stablehlo.select(pred, stablehlo.select(exact, halves, first), first),
+            stablehlo.select(pred, stablehlo.select(exact, halves, zeros(second.type)),
+                             second)]
+
+
+def splat(tensor_type: ir.RankedTensorType, value: float) -> ir.Value:
+    """A float constant of `tensor_type` holding `value` everywhere."""
+    return stablehlo.constant(ir.DenseElementsAttr.get_splat(
+        tensor_type, ir.FloatAttr.get(tensor_type.element_type, value)))
+
+
+def smallest_normal(float_type: ir.Type) -> float | None:
+    """The smallest positive normal number of an MLIR float type (f16, bf16,
+    f8E4M3FN, ...), or None for a type ml_dtypes does not name."""
+    import ml_dtypes
+
+    name = str(float_type)
+    names = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
+             "tf32": "float32"}
+    numpy_name = names.get(name) or ("float" + name[1] + "_" + name[2:].lower()
+                                     if name[:2] in ("f4", "f6", "f8") else None)
+    try:
+        return float(ml_dtypes.finfo(numpy_name).smallest_normal)
+    except (TypeError, ValueError):
+        return None
 
 
 def with_dim(tensor_type: ir.RankedTensorType, dim: int, size: int) -> ir.RankedTensorType:

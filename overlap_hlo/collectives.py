@@ -15,9 +15,15 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from .dominance import not_run_by_all
 from .manual import AutoAxes, auto_axes_at
 from .meshes import MAX_DEVICES, is_mesh_axes, mesh_axes_groups
 from .unsupported import Unsupported
+
+
+# Source-target pairs a site's permutes may list in all: 2^18 pairs are about 4 MB of
+# text, beside a module whose collectives name their groups in a few bytes (mesh axes).
+MAX_RING_PAIRS = 2**18
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,15 @@ class Ring:
         n = self.size
         return [(group[q], group[(q - sign) % n]) for group in self.groups for q in range(n)]
 
+    def require_pairs(self, permutes: int) -> None:
+        """Unsupported when `permutes` permutes of this ring would list more than
+        MAX_RING_PAIRS source-target pairs (each lists every device of every group)."""
+        pairs = permutes * len(self.groups) * self.size
+        if pairs > MAX_RING_PAIRS:
+            raise Unsupported(f"its {permutes} collective_permutes over {len(self.groups)} "
+                              f"group(s) of {self.size} would list {pairs} source-target "
+                              f"pairs (at most {MAX_RING_PAIRS})", kind="ring too large")
+
     @property
     def uses_channel(self) -> bool:
         return self.kind == "partition"
@@ -62,7 +77,9 @@ class Ring:
         global_ids = "use_global_device_ids" in attrs
         groups = _groups(attrs["replica_groups"], op, has_channel and global_ids,
                          num_partitions * num_replicas)
-        _check_unconditional(op)
+        divergence = not_run_by_all(op, scan.callers)
+        if divergence is not None:
+            raise Unsupported(divergence)
         if num_replicas > 1 and num_partitions > 1:
             raise Unsupported(f"replica and partition ids mixed ({num_replicas} replicas x "
                               f"{num_partitions} partitions)")
@@ -83,15 +100,6 @@ class Ring:
         _check_partition(groups, num_ids)
         auto = auto_axes_at(op, scan) if kind == "partition" else None
         return cls(tuple(tuple(g) for g in groups), kind, num_ids, auto)
-
-
-def _check_unconditional(op: ir.Operation) -> None:
-    """Every device reaches `op`: it is not inside a branch of stablehlo.if / case."""
-    parent = op.parent
-    while parent is not None and parent.name != "builtin.module":
-        if parent.name in ("stablehlo.if", "stablehlo.case"):
-            raise Unsupported(f"inside a {parent.name} branch: the devices may not all take it")
-        parent = parent.parent
 
 
 def _module_sizes(op: ir.Operation) -> tuple[int, int]:

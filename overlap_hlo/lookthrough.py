@@ -178,6 +178,51 @@ def users_through_views(root: ir.Value, dim: int) -> tuple[list[ViewedUse], list
     return uses, values
 
 
+DOTS = frozenset({"stablehlo.dot_general", "stablehlo.dot"})
+# Ops a value reaches a dot through in the search below (views and their kin).
+PASSING = TRANSPARENT | {f"stablehlo.{name}" for name in (
+    "convert", "transpose", "reshape", "multiply", "dynamic_slice", "slice")}
+# Region ops whose operand i is argument i of their region(s): the value crosses into it.
+INTO_REGION = {"stablehlo.while": (0, 1), "sdy.manual_computation": (0,)}
+
+
+def dot_across_regions(root: ir.Value, limit: int = 256) -> str | None:
+    """Where a dot reads `root` only across a region boundary that the passes do not
+    follow (a while's carried value, the result of an if/case branch, an
+    optimization_barrier), e.g. "through a stablehlo.while operand"; None when no dot
+    is reached that way within `limit` values."""
+    frontier, seen = [(root, None)], 0
+    while frontier and seen < limit:
+        value, crossed = frontier.pop()
+        seen += 1
+        for use in value.uses:
+            user = as_op(use.owner)
+            if user.name in DOTS:
+                if crossed is not None:
+                    return crossed
+                continue
+            step = crossed
+            if user.name in INTO_REGION:
+                step = crossed or f"through a {user.name} operand"
+                for region in INTO_REGION[user.name]:
+                    frontier.append((user.regions[region].blocks[0].arguments[
+                        use.operand_number], step))
+                continue
+            if user.name in ("stablehlo.return", "sdy.return"):
+                parent = user.parent
+                if parent is not None and parent.name in ("stablehlo.case", "stablehlo.if"):
+                    frontier.append((parent.results[use.operand_number],
+                                     crossed or f"through the result of a {parent.name}"))
+                continue
+            if user.name == "stablehlo.optimization_barrier":
+                frontier.append((user.results[use.operand_number],
+                                 crossed or "through a stablehlo.optimization_barrier"))
+                continue
+            if user.name in PASSING:
+                frontier.extend((result, step) for result in user.results)
+    return None
+
+
 def producer(value: ir.Value, dim: int) -> tuple[ir.Operation | None, list[View], int]:
     """The op defining `value` above single-use views along `dim`, those views (in the
     order they apply) and the dim in the op's result."""

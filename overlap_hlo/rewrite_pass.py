@@ -16,12 +16,17 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from . import builders, compat, cost
+from .normalize import normalize
 from .cost import Estimate, SiteShape
+from .dominance import Callers
 from .ring_plan import RingPlan
 from .unsupported import Unsupported
 from .locations import describe
 
 DEFAULT_THRESHOLD_MIB = 1.0
+# Ring rounds per loop iteration: rounds that fill no iteration are emitted inline,
+# so an unroll near the group size would inline every round.
+MAX_UNROLL = 16
 DEFAULT_PREDICTION_PROFILE = "h100-sxm"
 
 
@@ -131,7 +136,8 @@ INT64_MAX = 2**63 - 1
 class ModuleScan:
     """What every site of one pass run needs to know of the whole module, gathered in
     one walk: the highest channel handle (new ones go above it), the
-    sdy.manual_computation ops, and whether GSPMD marks any region partially manual.
+    sdy.manual_computation ops, whether GSPMD marks any region partially manual, and
+    who calls each function.
 
     A `channel_handle` or `mhlo.sharding` attribute of another type (on an op the
     passes do not know) is not a channel or a sharding: it is counted in `ignored`.
@@ -142,9 +148,11 @@ class ModuleScan:
         self.manual_computations: list[ir.Operation] = []
         self.partially_manual_gspmd = False
         self.ignored: list[str] = []   # "op-name attribute" of attributes not understood
+        self.callers = Callers()
 
         def visit(op):
             attrs = op.attributes
+            self.callers.note(op)
             if "channel_handle" in attrs:
                 attr = attrs["channel_handle"]
                 if stablehlo.ChannelHandle.isinstance(attr):
@@ -180,6 +188,39 @@ class ModuleScan:
         return self.last_channel
 
 
+def root_numbers(module_op: ir.Operation, name: str) -> dict[int, int]:
+    """The ops called `name`, by identity, numbered in program order."""
+    numbers: dict[int, int] = {}
+
+    def visit(op):
+        if op.name == name:
+            numbers[hash(op)] = len(numbers)
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(visit)
+    return numbers
+
+
+def verification_error(op: ir.Operation) -> str | None:
+    """What the verifier says of `op`, or None when it verifies."""
+    try:
+        op.verify()
+    except ir.MLIRError as err:
+        return "; ".join(str(d.message) for d in err.error_diagnostics) or str(err)
+    return None
+
+
+def restore(module_op: ir.Operation, snapshot: ir.Operation) -> None:
+    """Replace the body of `module_op` with a copy of `snapshot`'s."""
+    body = module_op.regions[0].blocks[0]
+    for op in list(body.operations):
+        op.erase()
+    copy = snapshot.clone()
+    for op in list(copy.regions[0].blocks[0].operations):
+        op.detach_from_parent()
+        ir.InsertionPoint(body).insert(op)
+
+
 def mib(tensor_type: ir.RankedTensorType) -> float:
     elt = tensor_type.element_type
     bits = elt.width if hasattr(elt, "width") else 32
@@ -204,12 +245,13 @@ class RewritePass:
         "help": "two streams in opposite ring directions, about N/2 rounds "
                 "(groups of 2 fall back to one stream)"})
     unroll: int = field(default=1, metadata={
-        "help": "ring rounds per loop iteration (the remainder is emitted after the loop)"})
+        "help": "ring rounds per loop iteration, 1 to 16 (the remainder is emitted after "
+                "the loop)"})
     f32_sums: bool = field(default=False, metadata={
         "help": "overlap-all-gather-matmul: sum the partial products of a contracting "
                 "gathered dim in f32 when the result is a narrower float (default: in the "
-                "result's type, as XLA's windowed einsum does); costs an f32 buffer of the "
-                "result's size"})
+                "result's type, as XLA's windowed einsum does, but always in f32 for f16 "
+                "and 8-bit floats); costs an f32 buffer of the result's size"})
 
     # The profile predictions use, loaded once per pass instance (not per site).
     profile: cost.Hardware = field(init=False, repr=False, compare=False)
@@ -229,6 +271,9 @@ class RewritePass:
                              f"got {self.threshold_mib}")
         if self.unroll < 1:
             raise ValueError(f"pass '{self.name}': unroll must be >= 1, got {self.unroll}")
+        if self.unroll > MAX_UNROLL:
+            raise ValueError(f"pass '{self.name}': unroll must be at most {MAX_UNROLL}, got "
+                             f"{self.unroll}")
 
     @classmethod
     def options(cls) -> dict[str, dataclasses.Field]:
@@ -253,24 +298,63 @@ class RewritePass:
         raise NotImplementedError
 
     def run(self, module_op: ir.Operation, log: SiteLog) -> None:
-        """Apply this pass's pattern to `module_op` with MLIR's greedy driver."""
+        """Apply this pass's pattern to `module_op` with MLIR's greedy driver.
+
+        A site whose rewrite raises an error or leaves IR that does not verify is left
+        unchanged and reported as an internal error: the pass starts over from a copy
+        of the module taken before it ran, without that site (and, after a module that
+        did not verify, verifying after every site to find the one to blame)."""
+        normalize(module_op)   # identical branches inlined, legacy dots as dot_general
+        snapshot = module_op.clone()
+        broken: dict[int, str] = {}            # site number -> why its rewrite failed
+        careful = False
+        while True:
+            records: list = []   # (location, pattern, applied, facts), logged on success
+            failure = self._apply(module_op, records, broken, careful, log.input_name)
+            if failure is None:
+                error = verification_error(module_op)
+                if error is None:
+                    for location, pattern, applied, facts in records:
+                        log.add(location, pattern, applied, **facts)
+                    return
+                if careful:   # every site verified: something else broke the module
+                    raise RuntimeError(f"{self.name}: the module does not verify: {error}")
+                careful = True
+            else:
+                broken[failure[0]] = failure[1]
+            restore(module_op, snapshot)
+
+    def _apply(self, module_op: ir.Operation, records: list, broken: dict[int, str],
+               careful: bool, input_name: str | None) -> tuple[int, str] | None:
+        """One greedy run, recording each site's fate in `records`; returns (site number, error) for the first site whose rewrite
+        raised (or, when `careful`, left the module invalid), after which the run stops
+        rewriting. Sites are numbered in program order; `broken` ones are skipped."""
         scan = ModuleScan(module_op)
+        numbers = root_numbers(module_op, self.root.OPERATION_NAME)
         # Root ops already decided in this run: the greedy driver revisits an op whose
         # neighbours changed (an all_gather kept for other readers, a site left
         # unchanged), and each site gets one decision and one record. Keys are the
         # ops' identities: roots are never created by a rewrite, so a key is not reused.
         decided: set[int] = set()
         named = bool(self.hardware)
+        failure: list[tuple[int, str]] = []
+        log = Reporter(records, self.name)
 
         def pattern(op, rewriter):
             key = hash(op.operation)
-            if key in decided:
+            if failure or key in decided:
                 return True
             decided.add(key)
             location = op.location  # read before the rewrite erases `op`
+            number = numbers.get(key, -1)
+            if number in broken:
+                log(location, False, kind="internal error", reason=(
+                    f"internal error: its rewrite failed ({broken[number]}); the site is "
+                    "valid input, left as it was (please report it)"), profile_named=named)
+                return True
 
             reports = []   # other sites this one settles, recorded after it
-            report = Reporter(reports, self.name, log.input_name)
+            report = Reporter(reports, self.name, input_name)
 
             try:
                 try:
@@ -279,16 +363,23 @@ class RewritePass:
                 except NoMatch:
                     return True
                 except Unsupported as reason:
-                    log.add(location, self.name, False, reason=str(reason), kind=reason.kind,
-                            detail=reason.detail, estimate=reason.estimate, profile_named=named)
+                    log(location, False, reason=str(reason), kind=reason.kind,
+                        detail=reason.detail, estimate=reason.estimate, profile_named=named)
                     return True
+                except Exception as err:   # noqa: BLE001 - any failure leaves the site as it was
+                    failure.append((number, f"{type(err).__name__}: {err}"))
+                    return False
+                error = verification_error(module_op) if careful else None
+                if error is not None:
+                    failure.append((number, f"the rewritten module does not verify: {error}"))
+                    return False
                 detail, decision = outcome
-                log.add(location, self.name, True, detail=detail, estimate=decision.estimate,
-                        rule=decision.rule, profile_named=named, rings=decision.rings)
+                log(location, True, detail=detail, estimate=decision.estimate,
+                    rule=decision.rule, profile_named=named, rings=decision.rings)
                 return False  # the bindings read a falsy result as "matched and rewrote"
             finally:
                 for where, pattern_name, applied, facts in reports:
-                    log.add(where, pattern_name, applied, profile_named=named, **facts)
+                    log(where, applied, pattern_name, profile_named=named, **facts)
 
         patterns = compat.RewritePatternSet()
         patterns.add(self.root, pattern)
@@ -298,6 +389,7 @@ class RewritePass:
         config.region_simplification_level = compat.GreedySimplifyRegionLevel.DISABLED
         config.use_top_down_traversal = True  # sites numbered in program order
         compat.apply_patterns_and_fold_greedily(module_op, patterns.freeze(), config)
+        return failure[0] if failure else None
 
     def decide(self, communicated: ir.RankedTensorType, shape: SiteShape,
                detail: str) -> Decision:

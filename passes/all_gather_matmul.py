@@ -11,7 +11,8 @@ index is j = (p + k) mod N:
 - a contracting dim: the other operand is sliced to block j (dynamic_slice) and the
   products are summed in the result's type, as XLA's windowed einsum and a
   reduce_scatter sum (`f32-sums`: in f32 for narrower float types, at the cost of an
-  f32 buffer of the result's size);
+  f32 buffer of the result's size; f16 and 8-bit floats, whose range the per-round
+  sums overflow, always sum in f32);
 - a batch dim: the other operand's batch block j is sliced and the result's batch
   block j written.
 
@@ -44,10 +45,11 @@ from jaxlib.mlir.dialects import stablehlo
 from overlap_hlo import builders as b
 from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
-from overlap_hlo.dominance import after, as_op, divergent_between, dominates
+from overlap_hlo.dominance import (after, as_op, divergent_between, dominates,
+                                   program_order)
 from overlap_hlo.dots import DotDims, flops
-from overlap_hlo.lookthrough import (View, ViewedUse, erase_unused, producer, replay,
-                                    users_through_views)
+from overlap_hlo.lookthrough import (View, ViewedUse, dot_across_regions, erase_unused,
+                                    producer, replay, users_through_views)
 from overlap_hlo.locations import describe
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
 from overlap_hlo.ring_plan import GATHER, RingPlan
@@ -83,7 +85,8 @@ class Consumer:
 
     @property
     def acc_type(self) -> ir.RankedTensorType:
-        if self.result_dim is None and self.f32_sums:
+        if self.result_dim is None and (self.f32_sums
+                                        or narrow_range(self.result_type.element_type)):
             return accumulator_type(self.result_type)
         return self.result_type
 
@@ -220,8 +223,8 @@ class OverlapAllGatherMatmul(RewritePass):
         options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         object.__setattr__(self, "scatter_pass", OverlapMatmulReduceScatter(**options))
 
-    def scatters_first(self, dots: list[ViewedUse], gathered: list[ir.Value], rewriter,
-                       scan, report) -> list[str]:
+    def scatters_first(self, gather: ir.Operation, dots: list[ViewedUse],
+                       gathered: list[ir.Value], rewriter, scan, report) -> list[str]:
         """Decompose the reduce_scatters that these dots feed, before the gather.
 
         A dot between an all_gather and a reduce_scatter gets both rings: the scatter's
@@ -248,7 +251,7 @@ class OverlapAllGatherMatmul(RewritePass):
                     use.user).result_source(top_dim):
                 reason = ("the scatter dim is the gathered dim: its ring would read blocks "
                           f"of the gathered dim; its dot is decomposed by the all_gather "
-                          f"ring at {report.where(use.user.location)} instead")
+                          f"ring at {report.where(gather.location)} instead")
                 pending.append((location, dict(reason=reason,
                                                kind="scatter dim is the gathered dim")))
                 notes.append(f"its dot feeds the reduce_scatter at {where}, which keeps its "
@@ -293,6 +296,11 @@ class OverlapAllGatherMatmul(RewritePass):
         if not dots:
             if any(use.user.name == "stablehlo.optimization_barrier" for use in uses):
                 raise Unsupported("an optimization_barrier separates it from its users")
+            crossing = dot_across_regions(gather.results[0])
+            if crossing is not None:
+                raise Unsupported(f"its dot reads it {crossing}: a ring cannot be placed "
+                                  "there (gather inside the region to have it decomposed)",
+                                  kind="dot across a region boundary")
             raise NoMatch
         ring = Ring.from_collective(gather, scan)
         inner = chained_gather(gather, scan)
@@ -305,7 +313,8 @@ class OverlapAllGatherMatmul(RewritePass):
         if block * ring.size != gather.results[0].type.shape[dim]:
             raise Unsupported(f"gathered dim {gather.results[0].type.shape[dim]} is not "
                               f"{ring.size} x {block}")
-        built, notes, pending = self.scatters_first(dots, values, rewriter, scan, report)
+        built, notes, pending = self.scatters_first(gather, dots, values, rewriter, scan,
+                                                    report)
         if built:   # the scatter rings now read the gathered tensor: look again
             uses, values = users_through_views(gather.results[0], dim)
             dots = [use for i, use in enumerate(uses) if use.user.name == "stablehlo.dot_general"
@@ -316,7 +325,8 @@ class OverlapAllGatherMatmul(RewritePass):
                                   kind="dot decomposed by a reduce_scatter ring")
         placed, unplaced = [], []
         for use in dots:
-            consumer = place(analyze(use, values, block, self.f32_sums), gather.block)
+            consumer = place(analyze(use, values, block, self.f32_sums), gather.block,
+                             scan.callers)
             (placed if isinstance(consumer, Consumer) else unplaced).append(consumer)
         if not placed:
             raise Unsupported(unplaced[0], kind="divergent control flow")
@@ -363,6 +373,7 @@ class OverlapAllGatherMatmul(RewritePass):
             ring.size, sum(flops(dot) for dot in ring_dots),
             cost.element_name(ring_dots[0].operands[0].type.element_type),
             mib(shard.type) * 2**20, plan), detail)
+        ring.require_pairs(len(groups) * plan.permutes)
         if ring.uses_channel:
             scan.require_channels(len(groups) * plan.permutes)
         buffer = None
@@ -481,7 +492,7 @@ def share_loops(consumers: list[Consumer]) -> list[list[Consumer]]:
     for consumer in consumers:   # in program order
         for group in groups:
             head = group[0].anchor
-            if (consumer.anchor.block == head.block
+            if (consumer.anchor.block == head.block and after(head, consumer.anchor)
                     and all(dominates(value, head) for value in consumer.inputs)):
                 group.append(consumer)
                 break
@@ -491,13 +502,12 @@ def share_loops(consumers: list[Consumer]) -> list[list[Consumer]]:
 
 
 def _program_order(a: Consumer, b: Consumer) -> int:
-    x, y = (a.anchor, b.anchor) if a.anchor != b.anchor else (a.dot, b.dot)
-    if x.block != y.block:
-        return 0
-    return -1 if x.is_before_in_block(y) else (1 if x != y else 0)
+    if a.anchor != b.anchor:
+        return program_order(a.anchor, b.anchor)
+    return program_order(a.dot, b.dot)
 
 
-def place(consumer: Consumer, block: ir.Block) -> Consumer | str:
+def place(consumer: Consumer, block: ir.Block, callers=None) -> Consumer | str:
     """`consumer` with the op its ring is built before, or why no place is legal.
 
     Every device of a group must reach the ring's permutes. Inside regions that the
@@ -505,7 +515,7 @@ def place(consumer: Consumer, block: ir.Block) -> Consumer | str:
     count may differ), the ring goes before the outermost of them, in a block that
     executes like the all_gather's own, when the dot's other operand already exists
     there."""
-    divergent = divergent_between(block, consumer.dot)
+    divergent = divergent_between(block, consumer.dot, callers)
     if not divergent:
         return dataclasses.replace(consumer, anchor=consumer.dot)
     outermost = divergent[-1]
@@ -607,6 +617,13 @@ def _made_here(value: ir.Value | None) -> bool:
     owner = as_op(value.owner)
     return (owner.name != "stablehlo.while"
             and owner.block == ir.InsertionPoint.current.block)
+
+
+def narrow_range(element_type: ir.Type) -> bool:
+    """f16 and 8-bit floats: per-round partial sums overflow where one dot, which
+    accumulates in f32, does not; their rings always sum in f32."""
+    return isinstance(element_type, ir.FloatType) and (
+        element_type.width < 16 or isinstance(element_type, ir.F16Type))
 
 
 def accumulator_type(result_type: ir.RankedTensorType) -> ir.RankedTensorType:

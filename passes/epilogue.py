@@ -188,13 +188,21 @@ def _replay(op: ir.Operation, values: dict, block_type) -> ir.Value:
             if inner_op.name == "func.return":
                 return inner[inner_op.operands[0]]
             if inner_op.name in UNIFORM and _shape(inner_op.results[0]) == []:
-                inner[inner_op.results[0]] = inner_op.results[0]   # rebuilt where used
+                inner[inner_op.results[0]] = _clone(inner_op, inner)   # a scalar: as is
                 continue
             inner[inner_op.results[0]] = _replay_inner(inner_op, inner, block_type)
         raise AssertionError("a func.func body ends with func.return")
     return ir.Operation.create(op.name, results=[block_type(op.results[0].type)],
                                operands=operands,
                                attributes={name: op.attributes[name] for name in op.attributes}).result
+
+
+def _clone(op: ir.Operation, values: dict) -> ir.Value:
+    """`op` rebuilt at the insertion point, reading `values`' entries for its operands."""
+    return ir.Operation.create(op.name, results=[op.results[0].type],
+                               operands=[values.get(v, v) for v in op.operands],
+                               attributes={name: op.attributes[name]
+                                           for name in op.attributes}).result
 
 
 def _replay_inner(op: ir.Operation, values: dict, block_type) -> ir.Value:

@@ -56,9 +56,23 @@ class OverlapMatmulReduceScatter(RewritePass):
         if not dots:
             if top is not None and top.name == "stablehlo.optimization_barrier":
                 raise Unsupported("an optimization_barrier separates it from its operand")
+            if top is not None and top.name in ("stablehlo.case", "stablehlo.if") and any(
+                    summed_dots(producer(branch_result(region, scatter.operands[0]), 0)[0])[0]
+                    for region in top.regions):
+                raise Unsupported(f"its dot is inside the branches of a {top.name} (that "
+                                  "differ): a ring cannot be placed there",
+                                  kind="dot across a region boundary")
             raise NoMatch
         if not is_add_reduction(scatter.regions[0]):
             raise Unsupported("reduction is not a plain add")
+        if adds:
+            chain = between[0].op if between else scatter
+            elsewhere = [as_op(use.owner) for use in top.results[0].uses
+                         if as_op(use.owner) != chain]
+            if elsewhere:
+                raise Unsupported(f"the sum of its dot and added terms is also read by "
+                                  f"{elsewhere[0].name}: the ring does not compute that sum",
+                                  kind="sum read elsewhere")
         readers = [use for dot in dots for use in dot.results[0].uses
                    if as_op(use.owner) not in adds and as_op(use.owner) not in
                    [view.op for view in between] and as_op(use.owner) != scatter]
@@ -96,11 +110,13 @@ class OverlapMatmulReduceScatter(RewritePass):
             ring.size, sum(flops(dot) for dot in dots),
             cost.element_name(dots[0].operands[0].type.element_type),
             mib(result_type) * 2**20, plan), detail)
+        ring.require_pairs(plan.permutes)
         if ring.uses_channel:
             scan.require_channels(plan.permutes)
         with ir.InsertionPoint(scatter):
             result, product = emit_loop(dots, addends, dim, block, ring, between, plan,
-                                        scan.new_channel, assemble=bool(readers))
+                                        scan.new_channel, assemble=bool(readers),
+                                        sum_type=result_type.element_type)
         location = scatter.location
         rewriter.replace_op(scatter, [result])
         for dead in [*(view.op for view in reversed(between)), *adds]:
@@ -116,20 +132,23 @@ class OverlapMatmulReduceScatter(RewritePass):
 
 def scatter_fed_by(dot: ir.Operation) -> ir.Operation | None:
     """The reduce_scatter that `dot` feeds as one of the summed dots of its site (through
-    single-use views and adds), or None."""
-    value = dot.results[0]
-    while True:
-        uses = list(value.uses)
-        if len(uses) != 1:
-            return None
-        user = as_op(uses[0].owner)
-        if user.name == "stablehlo.reduce_scatter":
-            dim = ir.IntegerAttr(user.attributes["scatter_dimension"]).value
-            top, _, _ = producer(user.operands[0], dim)
-            return user if dot in summed_dots(top)[0] else None
-        if user.name != "stablehlo.add" and view_backward(user, 0) is None:
-            return None
-        value = user.results[0]
+    single-use views and adds; the product itself may have other readers), or None."""
+    for use in dot.results[0].uses:   # the dot's product may have other readers too
+        user = as_op(use.owner)
+        while True:
+            if user.name == "stablehlo.reduce_scatter":
+                dim = ir.IntegerAttr(user.attributes["scatter_dimension"]).value
+                top, _, _ = producer(user.operands[0], dim)
+                if dot in summed_dots(top)[0]:
+                    return user
+                break
+            if user.name != "stablehlo.add" and view_backward(user, 0) is None:
+                break
+            uses = list(user.results[0].uses)
+            if len(uses) != 1:
+                break
+            user = as_op(uses[0].owner)
+    return None
 
 
 def _report_shared(dot: ir.Operation, location: ir.Location, report) -> None:
@@ -148,6 +167,15 @@ def _report_shared(dot: ir.Operation, location: ir.Location, report) -> None:
                 "computes the dot once and assembles its product for this one: a ring of its "
                 "own would compute the dot a second time"),
                 kind="dot shared with another reduce_scatter")
+
+
+def branch_result(region: ir.Region, result: ir.Value) -> ir.Value:
+    """What `region`'s terminator returns for `result` (a result of its if/case, maybe
+    behind single-use views)."""
+    while as_op(result.owner).name not in ("stablehlo.case", "stablehlo.if"):
+        result = as_op(result.owner).operands[0]
+    terminator = as_op(list(region.blocks[0].operations)[-1])
+    return terminator.operands[result.result_number]
 
 
 def summed_dots(top: ir.Operation | None
@@ -201,7 +229,8 @@ def permute_count(n: int, options: RewritePass) -> int:
 
 def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int,
               block: int, ring: Ring, views: list[View], plan: RingPlan, channels,
-              assemble: bool = False) -> tuple[ir.Value, ir.Value | None]:
+              assemble: bool = False, sum_type: ir.Type | None = None
+              ) -> tuple[ir.Value, ir.Value | None]:
     """The ring replacing reduce_scatter(sum of dots + added terms), built at the
     current insertion point as `plan` says; returns its result and, with `assemble`,
     the (single) dot's whole product, each block written as the ring computes it.
@@ -218,6 +247,8 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
     shifts), the up one p + a - k. Every block of this device's product is computed
     exactly once; an added term (a bias) is sliced like the product and added to each
     block once, so the sum over the devices is that of the original (dot + term).
+    `sum_type`: the element type the reduce_scatter sums in, when wider than its
+    operand's (each part is converted before it is sent).
     """
     n = ring.size
     a = plan.rounds - 1                     # the last round: the device's own block
@@ -261,10 +292,15 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
         # One block: the barrier after the views (the dot may still fuse a convert);
         # several: on the whole product (barriers on its slices would copy them).
         if len(shifts) == 1:
-            return b.barrier([replay(views, whole)]), product
+            return b.barrier([widen(replay(views, whole))]), product
         (whole,) = b.barrier([whole])
-        return [replay(views, b.static_slice(whole, result_dim, i * block, block))
+        return [widen(replay(views, b.static_slice(whole, result_dim, i * block, block)))
                 for i in range(len(shifts))], product
+
+    def widen(part):
+        if sum_type is None or part.type.element_type == sum_type:
+            return part
+        return stablehlo.convert(ir.RankedTensorType.get(part.type.shape, sum_type), part)
 
     def round_(k, carried, invariants):
         """Send what round k-1 summed, then compute round k's parts. `carried` is

@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
-from harness import Program, check, partitioner
+from harness import Program, assert_close, check, partitioner
 
 AG = jax.lax.all_gather
 RS = jax.lax.psum_scatter
@@ -260,3 +260,53 @@ def test_shared_round_keeps_infinities_and_nans():
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     finite = np.isfinite(want)
     np.testing.assert_allclose(got[finite], want[finite], rtol=2e-5, atol=1e-4)
+
+
+def test_f16_summing_ring_sums_in_f32():
+    """Products of f16 blocks summed round by round in f16 overflow where the one dot,
+    which accumulates in f32, does not: f16 rings always sum in f32."""
+    def fsdp(x, w):
+        return x @ ag("x", 0)(w)
+
+    prog = Program(fsdp, (8,), ("x",), [((16, 64), P()), ((64, 64), P("x"))], P(),
+                   dtype=jnp.float16)
+    rng = np.random.default_rng(4)
+    x = rng.uniform(1, 2, (16, 64))
+    w = np.where(np.arange(64)[:, None] < 32, 1500.0, -1500.0) + rng.standard_normal((64, 64))
+    # Half the contracted blocks add about +72000 (beyond f16's 65504), the other half
+    # take it back: a sum kept in f16 between rounds overflows, the final one does not.
+    args = [jax.device_put(jnp.asarray(a, jnp.float16), s.sharding)
+            for a, s in zip((x, w), prog.args(0))]
+    with partitioner(True):
+        lowered = prog.jitted().lower(*args)
+        for bidirectional in (False, True):
+            new = overlap_hlo.rewrite_lowered(lowered, threshold_mib=0,
+                                              bidirectional=bidirectional)
+            want = np.asarray(lowered.compile()(*args), np.float64)
+            got = np.asarray(new.compile()(*args), np.float64)
+            assert np.isfinite(want).all() and np.isfinite(got).all()
+            assert_close(got, want, (jnp.float16,))
+
+
+def test_shared_round_is_exact_for_f8():
+    """Two streams, even group: the shared last round splits the other operand's block
+    between the streams. Halving an f8 value below twice its smallest normal loses bits;
+    those elements go whole to one stream, so the sum is exact to f32 rounding."""
+    f8 = jnp.float8_e4m3fn
+
+    def fsdp(x, w):
+        return jnp.dot(x, ag("x", 0)(w), preferred_element_type=jnp.float32)
+
+    prog = Program(fsdp, (8,), ("x",), [((64, 64), P("x")), ((64, 24), P("x"))], P("x"),
+                   dtype=f8)
+    rng = np.random.default_rng(3)
+    shardings = [a.sharding for a in prog.args(0)]
+    tiny = rng.uniform(2 ** -9, 2 ** -5, (64, 64)) * rng.choice((-1, 1), (64, 64))
+    args = [jax.device_put(jnp.asarray(a, f8), s) for a, s in
+            zip((tiny, rng.standard_normal((64, 24))), shardings)]
+    with partitioner(True):
+        lowered = prog.jitted().lower(*args)
+        new = overlap_hlo.rewrite_lowered(lowered, threshold_mib=0, bidirectional=True)
+        want = np.asarray(lowered.compile()(*args))
+        got = np.asarray(new.compile()(*args))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())

@@ -180,10 +180,11 @@ def add_pass_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bidirectional", action="store_const", const=True, default=None,
                         help="rings in both directions (about N/2 rounds)")
     parser.add_argument("--unroll", type=_unroll, metavar="N",
-                        help="ring rounds per loop iteration (default 1)")
+                        help="ring rounds per loop iteration, 1 to 16 (default 1)")
     parser.add_argument("--f32-sums", action="store_const", const=True, default=None,
                         help="sum the partial products of a contracting gathered dim in "
-                             "f32 for bf16/f16 results (default: in the result's type)")
+                             "f32 for bf16 results (default: in the result's type; f16 "
+                             "and 8-bit floats always sum in f32)")
 
 
 def pass_flags(args: argparse.Namespace) -> dict:
