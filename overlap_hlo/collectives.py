@@ -21,9 +21,10 @@ from .meshes import MAX_DEVICES, is_mesh_axes, mesh_axes_groups
 from .unsupported import Unsupported
 
 
-# Source-target pairs a site's permutes may list in all: 2^18 pairs are about 4 MB of
-# text, beside a module whose collectives name their groups in a few bytes (mesh axes).
-MAX_RING_PAIRS = 2**18
+# Source-target pairs a site's permutes may list in all (each permute lists every
+# device): 2^16 pairs print as about 1.5 MB, where the collective names its groups in a
+# few bytes (mesh axes). A group of 4096 still gets 16 permutes, one of 65536 none.
+MAX_RING_PAIRS = 2**16
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
 from jaxlib.mlir import ir
+from overlap_hlo.host import run_per_device as run_spmd_module  # noqa: F401 (tests import it here)
 
 
 # One all_gather -> dot and one dot -> reduce_scatter over a single group {group} of
@@ -232,28 +233,3 @@ def check(program: Program, *, shardy: bool = True, rewritten: int = 1,
             for w, g in zip(want, got):
                 assert_close(g, w, (program.dtype, w.dtype))
     return counts
-
-
-def run_spmd_module(text: str, replicas: int, partitions: int,
-                    per_device_inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """Compile an already-partitioned module for replicas x partitions host devices.
-
-    Input i holds one slice per device along axis 0 (device d = replica * partitions +
-    partition); returns each output stacked the same way.
-    """
-    from jax._src import xla_bridge
-    from jax._src.lib import xla_client
-
-    devices = jax.devices()[:replicas * partitions]
-    options = xla_client.CompileOptions()
-    options.num_replicas, options.num_partitions = replicas, partitions
-    options.executable_build_options.use_spmd_partitioning = partitions > 1
-    options.device_assignment = xla_client.DeviceAssignment.create(
-        np.arange(len(devices)).reshape(replicas, partitions))
-    backend = xla_bridge.get_backend()
-    executable = backend.compile_and_load(text, xla_client.DeviceList(tuple(devices)), options)
-    mesh = jax.sharding.Mesh(np.array(devices), ("d",))
-    args = [jax.device_put(np.concatenate(list(a)), NamedSharding(mesh, P("d")))
-            for a in per_device_inputs]
-    results = executable.execute_sharded(args).disassemble_into_single_device_arrays()
-    return [np.stack([np.asarray(r) for r in per_device]) for per_device in results]

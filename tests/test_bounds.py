@@ -56,3 +56,37 @@ def test_many_mesh_axes_partially_manual():
     # The position is computed over the 20 axes still automatic, as JAX's axis_index
     # (canonicalize would fold that computation away: its axes all have size 1).
     assert op_counts(module)["sdy.manual_computation"] == 2
+
+
+BIG_GROUP = """module attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
+  func.func @f(%x: tensor<1x16xf32>, %w: tensor<16x8xf32>) -> tensor<{n}x8xf32> {{
+    %0 = "stablehlo.all_gather"(%x) <{{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[{ids}]> : tensor<1x{n}xi64>, use_global_device_ids}}> : (tensor<1x16xf32>) -> tensor<{n}x16xf32>
+    %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<{n}x16xf32>, tensor<16x8xf32>) -> tensor<{n}x8xf32>
+    return %1 : tensor<{n}x8xf32>
+  }}
+}}
+"""
+
+
+@pytest.mark.parametrize("n,options,applied", [
+    (65536, {}, False),                                   # 2 permutes x 65536 pairs
+    (4096, {"bidirectional": True, "unroll": 3}, True),   # 10 permutes x 4096 pairs
+])
+def test_permute_pairs_are_bounded(n, options, applied):
+    """Each permute lists every device of the group: a site whose permutes would list
+    more than 2^16 pairs is left unchanged: the rings add at most about 1.5 MB of text."""
+    text = BIG_GROUP.format(n=n, ids=list(range(n)))
+    module = overlap_hlo.parse(text)
+    (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, **options)
+    assert site.applied == applied, site.format()
+    if not applied:
+        assert site.kind == "ring too large" and "source-target pairs" in site.reason
+    assert len(overlap_hlo.serialize(module)) < 2 * len(text) + 2_000_000
+
+
+def test_unroll_is_bounded():
+    """Rounds that fill no loop iteration are inlined: an unroll near the group size would
+    inline every round, so it is refused beyond 16."""
+    with pytest.raises(overlap_hlo.PipelineError, match="unroll must be at most 16, got 17"):
+        overlap_hlo.rewrite_module(overlap_hlo.parse(GATHER.format(
+            attrs="mhlo.num_partitions = 8 : i32")), threshold_mib=0, unroll=17)

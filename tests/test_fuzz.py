@@ -38,11 +38,42 @@ def plain_case(kind: str) -> fuzz.Case:
     ("scatter", "device_loop", "unchanged"),
     ("scatter", "barrier", "unchanged"),
     ("scatter", "other_user", None),          # the dot is kept for its other user
+    ("gather", "called", "rewritten"),         # the nested jax.jit is inlined
+    ("scatter", "called", "rewritten"),
+    ("gather", "uniform_cond", "rewritten"),   # a second dot inside a uniform branch
+    ("scatter", "uniform_cond", "rewritten"),  # the dot before the branch
+    ("scatter", "biased_read", "unchanged"),   # the biased sum is read elsewhere too
+    ("gather", "called_under_cond", "unchanged"),   # a ring would deadlock
+    ("scatter", "called_under_cond", "unchanged"),
 ])
 def test_contexts(kind, context, expected):
     case = dataclasses.replace(plain_case(kind), context=context)
+    if context == "called_under_cond":   # a pipeline stage: a branch on another axis
+        case = dataclasses.replace(case, mesh=(2, 4), axes=("y",))
     outcome, detail = fuzz.run(case)
     assert outcome in ((expected,) if expected else ("rewritten", "unchanged")), detail
+
+
+def test_f8_summing_ring():
+    case = dataclasses.replace(plain_case("gather"), dtype="float8_e4m3fn", role="contracting",
+                               contracting=(16,), bidirectional=True)
+    assert fuzz.run(case)[0] == "rewritten"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_promoted_reduce_scatters(seed):
+    case = fuzz.draw_promoted(random.Random(seed), seed)
+    outcome, detail = fuzz.run(case)
+    assert outcome == "rewritten", f"{detail}\n{case.describe()}"
+
+
+def test_api_call_sequences_match_jax_jit():
+    case = fuzz.ApiCase((("python", 0.5, 1, None), ("python", 3.0, 1, None),
+                         ("weak", 0.5, 1, None), ("bfloat16", 0.5, 2, None),
+                         ("float32", 0.25, 2, "highest"), ("float32", 0.25, 2, None)), 0)
+    outcome, detail = fuzz.run(case)
+    assert outcome == "rewritten", detail
+    assert detail == "6 calls, 5 executables (jax.jit: 5)"
 
 
 @pytest.mark.parametrize("kind", ["gather", "scatter"])

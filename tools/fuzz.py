@@ -2,13 +2,18 @@
 
 Each case draws a mesh (1-D to 3-D, axis sizes 2 to 8, at most 8 devices, devices in
 JAX's order or permuted), the axis or axes to gather/scatter over (several in either
-order), which mesh axes the shard_map makes manual (all, or only some), a dot layout (batch, contracting and free dims, each
-operand's dims in random order), which operand and dim is gathered (or which result
-dim is scattered), sizes (divisible by the group where the collective needs it, any
-size elsewhere), an element type (f32, bf16, f16), the export form (Shardy or GSPMD)
-and the pass options (bidirectional, unroll). The program is built with
-jax.shard_map, lowered, rewritten with threshold-mib=0, and both versions run on the
-same random inputs and are compared.
+order), which mesh axes the shard_map makes manual (all, or only some), a dot layout
+(batch, contracting and free dims, each operand's dims in random order), which operand
+and dim is gathered (or which result dim is scattered), sizes (divisible by the group
+where the collective needs it, any size elsewhere), an element type (f32, bf16, f16;
+f8 for gathers), what surrounds the site (CONTEXTS: branches, loops, nested jax.jit
+calls, a stage under a branch), the export form (Shardy or GSPMD) and the pass options
+(bidirectional, unroll). The program is built with jax.shard_map, lowered, rewritten
+with threshold-mib=0, and both versions run on the same random inputs and are compared.
+A few cases come from other generators: dims beyond int32 (checked on the IR),
+reduce_scatters that sum in a wider type than their operand (hand-written modules,
+checked against numpy), and sequences of calls through overlap() with Python and JAX
+scalars, static arguments and precision contexts (checked against jax.jit).
 
     python -m overlap_hlo.tools.fuzz --cases 1000 [--seed 0]
     overlap-fuzz --cases 1000
@@ -34,13 +39,23 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
 
 # Around the site: nothing; the dot under a device-dependent lax.cond or in a fori_loop
 # with a device-dependent trip count; an optimization_barrier between collective and
-# dot; another user of the gathered tensor (or of the scattered dot). A ring must be
-# placed where every device runs it, or the site left unchanged with a remark.
-HUGE_SHARE = 0.05   # of the cases: dims beyond int32, checked on the IR only
-CONTEXTS = ("plain",) * 6 + ("cond", "device_loop", "barrier", "other_user")
+# dot; another user of the gathered tensor (or of the scattered dot); the dot in a
+# nested jax.jit ("called"); the whole site in a nested jax.jit that only the devices
+# of some groups run, under a lax.cond on another mesh axis ("called_under_cond"); a
+# second dot in a lax.cond on a value the same on every device ("uniform_cond"); a
+# scattered sum with a bias that something else reads too ("biased_read", scatter
+# only). A ring must be placed where every device runs it, or the site left unchanged
+# with a remark.
+HUGE_SHARE = 0.05      # of the cases: dims beyond int32, checked on the IR only
+PROMOTED_SHARE = 0.04  # reduce_scatters summing in a wider type (hand-written modules)
+API_SHARE = 0.04       # call sequences through overlap() against jax.jit's
+CONTEXTS = ("plain",) * 6 + ("cond", "device_loop", "barrier", "other_user", "called",
+                             "called_under_cond", "uniform_cond")
+SCATTER_CONTEXTS = CONTEXTS + ("biased_read",)
 AXES = ("x", "y", "z")
 MESHES = [(n,) for n in range(2, 9)] + [(2, 2), (2, 3), (3, 2), (2, 4), (4, 2), (2, 2, 2)]
 DTYPES = ("float32", "bfloat16", "float16")
+GATHER_DTYPES = DTYPES + ("float8_e4m3fn",)   # XLA:CPU has no f8 reduce_scatter
 
 
 @dataclass(frozen=True)
@@ -122,8 +137,10 @@ def draw(rng: random.Random, seed: int) -> Case:
         lhs_free = scale(lhs_free, index)
     else:
         rhs_free = scale(rhs_free, index - len(lhs_free))
-    context = rng.choice(CONTEXTS)
-    dtype = rng.choice(DTYPES)
+    context = rng.choice(CONTEXTS if kind == "gather" else SCATTER_CONTEXTS)
+    if context == "called_under_cond" and not others:
+        context = "called"   # no other axis: a branch on the collective's own would hang
+    dtype = rng.choice(GATHER_DTYPES if kind == "gather" else DTYPES)
     # axis_index in a GSPMD export is a partition_id XLA rejects: Shardy only there.
     shardy = rng.random() < 0.5 or context in ("cond", "device_loop")
     # XLA aborts the process compiling these originals when partially manual: any GSPMD
@@ -192,6 +209,12 @@ def build(case: Case):
 
     def around(product):
         """`product()` (the dot) in the case's control-flow context."""
+        if case.context == "called":
+            return jax.jit(lambda: product())()
+        if case.context == "uniform_cond":   # a predicate from constants: every device
+            inside = jax.lax.cond(jnp.int32(len(case.mesh)) > 0, lambda: product() * 2,
+                                  lambda: product())
+            return product() + inside
         if case.context == "cond":
             index = jax.lax.axis_index(case.axes[0])
             return jax.lax.cond(index < 1, product, lambda: jnp.zeros_like(product()))
@@ -206,26 +229,34 @@ def build(case: Case):
         gathered = lhs if case.operand == 0 else rhs
         dim = gathered.index(letter)
 
-        def fn(a, w):
+        def site(a, w):
             g = barrier(jax.lax.all_gather(a if case.operand == 0 else w, axis, axis=dim,
                                            tiled=True))
             operands = (g, w) if case.operand == 0 else (a, g)
             y = around(lambda: jnp.einsum(f"{lhs},{rhs}->{out}", *operands,
                                           preferred_element_type=jnp.float32).astype(dtype))
-            return (y, jnp.sum(g)) if case.context == "other_user" else y
+            return (y, jnp.sum(g.astype(jnp.float32))) if case.context == "other_user" else y
+
+        fn = under_cond(case, names, site)
 
         in_specs = (spec(lhs, case.operand == 0), spec(rhs, case.operand == 1))
         out_specs = (P(), P()) if case.context == "other_user" else P()
     else:
         dim = out.index(letter)
 
-        def fn(a, w):
+        def site(a, w):
             y = barrier(around(lambda: jnp.einsum(f"{lhs},{rhs}->{out}", a, w)))
+            if case.context == "biased_read":
+                y = y + jnp.asarray(1.0, y.dtype)
             scattered = jax.lax.psum_scatter(y, axis, scatter_dimension=dim, tiled=True)
-            return (scattered, jnp.sum(y)) if case.context == "other_user" else scattered
+            read = case.context in ("other_user", "biased_read")
+            return (scattered, jnp.sum(y)) if read else scattered
+
+        fn = under_cond(case, names, site)
 
         in_specs = (spec(lhs, False), spec(rhs, False))
-        out_specs = (spec(out, True), P()) if case.context == "other_user" else spec(out, True)
+        out_specs = ((spec(out, True), P()) if case.context in ("other_user", "biased_read")
+                     else spec(out, True))
     jitted = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                    check_vma=False, axis_names=set(case.manual or names)))
     rng = np.random.default_rng(case.seed)
@@ -233,6 +264,26 @@ def build(case: Case):
                                          dtype), NamedSharding(mesh, s))
               for letters, s in ((lhs, in_specs[0]), (rhs, in_specs[1]))]
     return jitted, inputs
+
+
+def under_cond(case: Case, names, site):
+    """`site` as it is, or, for "called_under_cond", as a nested jax.jit that only the
+    devices whose index along a mesh axis the collective does not span is 0 run (a
+    pipeline stage): every group takes the branch or skips it as a whole."""
+    import jax
+    import jax.numpy as jnp
+
+    if case.context != "called_under_cond":
+        return site
+    stage = next(a for a in names if a not in case.axes)
+    layer = jax.jit(site)
+
+    def fn(a, w):
+        shapes = jax.eval_shape(site, a, w)
+        skip = lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)  # noqa: E731
+        return jax.lax.cond(jax.lax.axis_index(stage) == 0, lambda: layer(a, w), skip)
+
+    return fn
 
 
 @dataclass(frozen=True)
@@ -313,8 +364,163 @@ def run_huge(case: HugeCase) -> tuple[str, str]:
 
 def tolerance(dtype: str) -> float:
     """Largest accepted |rewritten - original| relative to the output's scale: f32 to
-    rounding, bf16/f16 four ulps (summation order and one more rounding differ)."""
-    return {"float32": 1e-5, "bfloat16": 4 * 2 ** -7, "float16": 4 * 2 ** -10}[dtype]
+    rounding, narrower types four ulps (summation order and one more rounding differ)."""
+    return {"float32": 1e-5, "bfloat16": 4 * 2 ** -7, "float16": 4 * 2 ** -10,
+            "float8_e4m3fn": 4 * 2 ** -3}[dtype]
+
+
+@dataclass(frozen=True)
+class PromotedCase:
+    """dot -> reduce_scatter whose region sums in f32 while the dot's product is narrower
+    (XLA accepts it; JAX never writes it): a hand-written per-device module."""
+
+    group: int
+    rows: int           # the scattered block's rows
+    inner: int          # the contracted size
+    cols: int
+    dtype: str          # the product's type: "bf16" or "f16"
+    bidirectional: bool
+    unroll: int
+    seed: int
+
+    def describe(self) -> str:
+        return repr(self)
+
+
+PROMOTED_MODULE = """module attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
+  func.func @main(%x: tensor<{m}x{k}x{t}> {{mhlo.sharding = "{{manual}}"}}, %w: tensor<{k}x{c}x{t}> {{mhlo.sharding = "{{manual}}"}}) -> (tensor<{r}x{c}xf32> {{mhlo.sharding = "{{manual}}"}}) {{
+    %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<{m}x{k}x{t}>, tensor<{k}x{c}x{t}>) -> tensor<{m}x{c}x{t}>
+    %1 = "stablehlo.reduce_scatter"(%0) <{{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[{ids}]> : tensor<1x{n}xi64>, scatter_dimension = 0 : i64, use_global_device_ids}}> ({{
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %2 = stablehlo.add %a, %b : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }}) : (tensor<{m}x{c}x{t}>) -> tensor<{r}x{c}xf32>
+    return %1 : tensor<{r}x{c}xf32>
+  }}
+}}"""
+
+
+def draw_promoted(rng: random.Random, seed: int) -> PromotedCase:
+    return PromotedCase(rng.choice((2, 4, 8)), rng.randint(1, 4), rng.randint(1, 8),
+                        rng.randint(1, 6), rng.choice(("bf16", "f16")), rng.random() < 0.5,
+                        rng.choice((1, 2, 3)), seed)
+
+
+def run_promoted(case: PromotedCase) -> tuple[str, str]:
+    """The ring sums in f32 as the region says: checked against numpy's f32 sum of the
+    devices' narrow products, to the narrow type's rounding (XLA:CPU runs the original
+    in the narrow type, and may fold the ring's converts into its dots)."""
+    import ml_dtypes
+    import numpy as np
+
+    import overlap_hlo
+    from overlap_hlo.host import run_per_device
+
+    n, m = case.group, case.rows * case.group
+    text = PROMOTED_MODULE.format(n=n, m=m, k=case.inner, c=case.cols, r=case.rows,
+                                  t=case.dtype, ids=list(range(n)))
+    narrow = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}[case.dtype]
+    rng = np.random.default_rng(case.seed)
+    x = rng.standard_normal((n, m, case.inner)).astype(narrow)
+    w = np.repeat(rng.standard_normal((1, case.inner, case.cols)), n, axis=0).astype(narrow)
+    try:
+        module = overlap_hlo.parse(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sites = overlap_hlo.rewrite_module(module, threshold_mib=0,
+                                               bidirectional=case.bidirectional,
+                                               unroll=case.unroll)
+        if not sites[0].applied:
+            return "unchanged", sites[0].reason
+        (got,) = run_per_device(overlap_hlo.serialize(module), 1, n, [x, w])
+    except Exception:
+        return "crash", traceback.format_exc(limit=4)
+    import jax
+
+    # Each device's narrow product as XLA:CPU computes it, summed in f32 by numpy.
+    products = [np.asarray(jax.jit(jax.numpy.matmul)(x[d], w[d]), np.float32) for d in range(n)]
+    want = np.sum(products, axis=0).reshape(n, case.rows, case.cols)
+    if got.dtype != np.float32:
+        return "mismatch", f"result type {got.dtype}, not float32"
+    error = float(np.max(np.abs(got - want))) / max(1.0, float(np.max(np.abs(want))))
+    # XLA may fold the convert into the dot (products not rounded to the narrow type).
+    if not error <= tolerance({"bf16": "bfloat16", "f16": "float16"}[case.dtype]):
+        return "mismatch", f"relative error {error:.3g} against numpy's f32 sum"
+    return "rewritten", f"relative error {error:.2g}"
+
+
+@dataclass(frozen=True)
+class ApiCase:
+    """A sequence of calls of one overlap()-wrapped jax.jit function with static
+    arguments, Python and JAX scalars of several types, under matmul-precision
+    contexts; every call must give jax.jit's result and dtype."""
+
+    calls: tuple[tuple[str, float, int, str | None], ...]  # (scalar kind, value, static, precision)
+    seed: int
+
+    def describe(self) -> str:
+        return repr(self)
+
+
+SCALAR_KINDS = ("python", "weak", "float32", "bfloat16")
+
+
+def draw_api(rng: random.Random, seed: int) -> ApiCase:
+    calls = tuple((rng.choice(SCALAR_KINDS), rng.choice((0.5, 0.25, 3.0)), rng.choice((1, 2)),
+                   rng.choice((None, None, "highest", "bfloat16")))
+                  for _ in range(rng.randint(2, 6)))
+    return ApiCase(calls, seed)
+
+
+def run_api(case: ApiCase) -> tuple[str, str]:
+    import contextlib
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import overlap_hlo
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("x",))
+
+    def body(x, w, scale):
+        return (jax.lax.all_gather(x, "x", axis=0, tiled=True) @ w) * scale
+
+    layer = jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P(), P()), out_specs=P(),
+                          check_vma=False)
+    jitted = jax.jit(lambda x, w, scale, times: layer(x, w, scale) * times,
+                     static_argnums=(3,))
+    rng = np.random.default_rng(case.seed)
+    x = jax.device_put(jnp.asarray(rng.standard_normal((16, 8)), jnp.bfloat16),
+                       NamedSharding(mesh, P("x")))
+    w = jax.device_put(jnp.asarray(rng.standard_normal((8, 4)), jnp.bfloat16),
+                       NamedSharding(mesh, P()))
+    make = {"python": float, "weak": jnp.asarray, "float32": jnp.float32,
+            "bfloat16": jnp.bfloat16}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            step = overlap_hlo.overlap(jitted, threshold_mib=0)
+            for kind, value, times, precision in case.calls:
+                scalar = make[kind](value)
+                context = (jax.default_matmul_precision(precision) if precision
+                           else contextlib.nullcontext())
+                with context:
+                    got, want = step(x, w, scalar, times), jitted(x, w, scalar, times)
+                if got.dtype != want.dtype:
+                    return "mismatch", f"dtype {got.dtype}, jax.jit gives {want.dtype}"
+                error = float(np.max(np.abs(np.asarray(got, np.float64)
+                                            - np.asarray(want, np.float64))))
+                scale = max(1.0, float(np.max(np.abs(np.asarray(want, np.float64)))))
+                # bf16 dots: XLA may keep a product unrounded in one and not the other.
+                if not error <= tolerance("bfloat16") * scale:
+                    return "mismatch", f"relative error {error / scale:.3g} ({kind} {value})"
+    except Exception:
+        return "crash", traceback.format_exc(limit=4)
+    return "rewritten", (f"{len(case.calls)} calls, {len(step._compiled)} executables "
+                         f"(jax.jit: {jitted._cache_size()})")
 
 
 def run(case: Case | HugeCase) -> tuple[str, str]:
@@ -324,6 +530,10 @@ def run(case: Case | HugeCase) -> tuple[str, str]:
 
     if isinstance(case, HugeCase):
         return run_huge(case)
+    if isinstance(case, PromotedCase):
+        return run_promoted(case)
+    if isinstance(case, ApiCase):
+        return run_api(case)
 
     previous = jax.config.jax_use_shardy_partitioner
     jax.config.update("jax_use_shardy_partitioner", case.shardy)
@@ -375,6 +585,18 @@ def _leaves(result):
     return [np.asarray(leaf, np.float64) for leaf in jax.tree.leaves(result)]
 
 
+def draw_any(rng: random.Random, seed: int):
+    """One case of any generator, in the shares above."""
+    pick = rng.random()
+    if pick < HUGE_SHARE:
+        return draw_huge(rng)
+    if pick < HUGE_SHARE + PROMOTED_SHARE:
+        return draw_promoted(rng, seed)
+    if pick < HUGE_SHARE + PROMOTED_SHARE + API_SHARE:
+        return draw_api(rng, seed)
+    return draw(rng, seed=seed)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=100)
@@ -388,7 +610,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     for i in range(args.cases):
         seed = args.seed * 1_000_003 + i
-        case = draw_huge(rng) if rng.random() < HUGE_SHARE else draw(rng, seed=seed)
+        case = draw_any(rng, seed)
         if args.verbose:   # before running: XLA may abort the process
             print(f"case {i}: {case.describe()}", flush=True)
         outcome, detail = run(case)
