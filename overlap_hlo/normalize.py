@@ -12,67 +12,109 @@
 - A legacy `stablehlo.dot` (older exporters, hand-written modules) next to an
   all_gather or a reduce_scatter is the `dot_general` it abbreviates.
 
-Only ops next to a collective or holding one are touched; the rest of a module
-stays as it was.
+Only if/case ops that hold a collective or a dot, and calls and legacy dots next to a
+collective, are touched (and nothing in a module without an all_gather or a
+reduce_scatter); the rest of a module stays as it was.
 """
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-
 from jaxlib.mlir.dialects import stablehlo
 
 from .dominance import Callers, as_op
 from .lookthrough import producer, users_through_views
 
 BRANCHING = ("stablehlo.case", "stablehlo.if")
-CANDIDATES = frozenset({"stablehlo.all_gather", "stablehlo.reduce_scatter",
-                        "stablehlo.dot_general", "stablehlo.dot"})
-
-
+COLLECTIVES = ("stablehlo.all_gather", "stablehlo.reduce_scatter")
+DOTS = ("stablehlo.dot_general", "stablehlo.dot")
 # Rounds of call inlining (a layer's call of a call receives the value one round later).
 MAX_INLINE_ROUNDS = 16
 
 
 def normalize(module_op: ir.Operation) -> None:
     """Every rewrite above, in place."""
-    inline_identical_branches(module_op)
+    collectives, branching = _scan(module_op)
+    if not collectives:
+        return
+    if inline_identical_branches(branching):   # the other branches' ops are gone
+        collectives, _ = _scan(module_op)
+    inlined: dict[str, ir.Operation] = {}
     for _ in range(MAX_INLINE_ROUNDS):
-        if not inline_calls_next_to_collectives(module_op):
+        if not inline_calls(module_op, collectives, inlined):
             break
-    legacy_dots_as_dot_general(module_op)
+    if inlined:
+        _erase_unused_private(module_op, inlined)
+    for dot in _unique(op for c in collectives for op in _neighbours(c)
+                       if op.name == "stablehlo.dot"):
+        _as_dot_general(dot)
 
 
-def inline_calls_next_to_collectives(module_op: ir.Operation) -> int:
-    """Inline each func.call that reads an all_gather's result (through views) or whose
-    result a reduce_scatter scatters; returns how many. A private callee that nothing
-    calls any more is erased."""
-    calls: list[ir.Operation] = []
+def _scan(module_op: ir.Operation) -> tuple[list[ir.Operation], list[ir.Operation]]:
+    """The all_gathers and reduce_scatters of the module, and the if/case ops that hold
+    one of them or a dot, innermost first."""
+    collectives: list[ir.Operation] = []
+    branching: dict[int, tuple[int, ir.Operation]] = {}   # by identity: (depth, op)
 
     def visit(op):
-        if op.name == "stablehlo.all_gather" and len(op.results) == 1:
-            dim = ir.IntegerAttr(op.attributes["all_gather_dim"]).value
-            calls.extend(use.user for use in users_through_views(op.results[0], dim)[0]
-                         if use.user.name == "func.call")
-        elif op.name == "stablehlo.reduce_scatter":
-            dim = ir.IntegerAttr(op.attributes["scatter_dimension"]).value
-            top = producer(op.operands[0], dim)[0]
-            if top is not None and top.name == "func.call":
-                calls.append(top)
+        if op.name in COLLECTIVES or op.name in DOTS:
+            if op.name in COLLECTIVES:
+                collectives.append(op)
+            chain, parent = [], op.parent
+            while parent is not None and parent.name != "builtin.module":
+                chain.append(parent)
+                parent = parent.parent
+            for depth, ancestor in enumerate(reversed(chain)):
+                if ancestor.name in BRANCHING:
+                    branching[hash(ancestor)] = (depth, ancestor)
         return ir.WalkResult.ADVANCE
 
     module_op.walk(visit)
+    ordered = sorted(branching.values(), key=lambda item: -item[0])
+    return collectives, [op for _, op in ordered]
+
+
+def _neighbours(collective: ir.Operation) -> list[ir.Operation]:
+    """The ops an all_gather's result reaches through views, or the ops whose sum (of
+    single-use adds) a reduce_scatter scatters through views."""
+    if collective.name == "stablehlo.all_gather":
+        if len(collective.results) != 1:
+            return []
+        dim = ir.IntegerAttr(collective.attributes["all_gather_dim"]).value
+        return [use.user for use in users_through_views(collective.results[0], dim)[0]]
+    dim = ir.IntegerAttr(collective.attributes["scatter_dimension"]).value
+    return _summed(producer(collective.operands[0], dim)[0])
+
+
+def _summed(top: ir.Operation | None) -> list[ir.Operation]:
+    """`top`, or the leaves of `top` when it is a tree of single-use adds."""
+    if top is None or top.name != "stablehlo.add":
+        return [] if top is None else [top]
+    return [leaf for operand in top.operands
+            if isinstance(operand, ir.OpResult) and len(list(operand.uses)) == 1
+            for leaf in _summed(as_op(operand.owner))]
+
+
+def _unique(ops) -> list[ir.Operation]:
+    return list({hash(op): op for op in ops}.values())
+
+
+def inline_calls(module_op: ir.Operation, collectives: list[ir.Operation],
+                 inlined: dict[str, ir.Operation]) -> int:
+    """Inline each func.call that reads an all_gather's result (through views) or whose
+    result a reduce_scatter scatters; returns how many, and notes each callee in
+    `inlined`."""
+    calls = _unique(op for c in collectives for op in _neighbours(c) if op.name == "func.call")
     if not calls:
         return 0
     table = ir.SymbolTable(module_op)
-    inlined, callees = 0, {}
-    for call in {hash(call): call for call in calls}.values():
+    count = 0
+    for call in calls:
         name = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
-        callee = table[name] if name in table else None
-        if callee is not None and _inline(call, as_op(callee)):
-            inlined += 1
-            callees[name] = as_op(callee)
-    _erase_unused_private(module_op, callees)
-    return inlined
+        callee = as_op(table[name]) if name in table else None
+        if callee is not None and _inline(call, callee):
+            count += 1
+            inlined[name] = callee
+    return count
 
 
 def _inline(call: ir.Operation, callee: ir.Operation) -> bool:
@@ -126,39 +168,6 @@ def _erase_unused_private(module_op: ir.Operation, functions: dict) -> None:
             func.erase()
 
 
-def legacy_dots_as_dot_general(module_op: ir.Operation) -> int:
-    """Replace each `stablehlo.dot` that reads an all_gather or feeds a reduce_scatter
-    (through views) by the equivalent `dot_general`; returns how many."""
-    dots: list[ir.Operation] = []
-
-    def visit(op):
-        if op.name == "stablehlo.all_gather" and len(op.results) == 1:
-            dim = ir.IntegerAttr(op.attributes["all_gather_dim"]).value
-            dots.extend(use.user for use in users_through_views(op.results[0], dim)[0]
-                        if use.user.name == "stablehlo.dot")
-        elif op.name == "stablehlo.reduce_scatter":
-            dim = ir.IntegerAttr(op.attributes["scatter_dimension"]).value
-            dots.extend(_summed_legacy_dots(producer(op.operands[0], dim)[0]))
-        return ir.WalkResult.ADVANCE
-
-    module_op.walk(visit)
-    unique = list({hash(dot): dot for dot in dots}.values())
-    for dot in unique:
-        _as_dot_general(dot)
-    return len(unique)
-
-
-def _summed_legacy_dots(top: ir.Operation | None) -> list[ir.Operation]:
-    """The legacy dots at the leaves of `top`, a dot or a tree of single-use adds."""
-    if top is None or top.name not in ("stablehlo.dot", "stablehlo.add"):
-        return []
-    if top.name == "stablehlo.dot":
-        return [top]
-    return [dot for operand in top.operands
-            if isinstance(operand, ir.OpResult) and len(list(operand.uses)) == 1
-            for dot in _summed_legacy_dots(as_op(operand.owner))]
-
-
 def _as_dot_general(dot: ir.Operation) -> None:
     """`dot(lhs, rhs)` contracts the last dim of lhs with the first of rhs."""
     lhs, rhs = dot.operands
@@ -175,33 +184,15 @@ def _as_dot_general(dot: ir.Operation) -> None:
     dot.erase()
 
 
-def inline_identical_branches(module_op: ir.Operation) -> int:
-    """Inline every if/case of `module_op` whose branches are identical and hold a
-    collective or a dot (innermost first); returns how many were inlined."""
-    found: list[ir.Operation] = []
-
-    def visit(op):
-        if op.name in BRANCHING and _holds_candidate(op) and _identical(op.regions):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module_op.walk(visit, ir.WalkOrder.POST_ORDER)
-    for op in found:
-        _inline_first_branch(op)
-    return len(found)
-
-
-def _holds_candidate(op: ir.Operation) -> bool:
-    hit = []
-
-    def visit(inner):
-        if inner.name in CANDIDATES:
-            hit.append(inner)
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
-    return bool(hit)
+def inline_identical_branches(branching: list[ir.Operation]) -> int:
+    """Inline those of `branching` (if/case ops, innermost first) whose branches are
+    identical; returns how many."""
+    count = 0
+    for op in branching:
+        if _identical(op.regions):
+            _inline_first_branch(op)
+            count += 1
+    return count
 
 
 def _identical(regions) -> bool:

@@ -16,12 +16,12 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from . import builders, compat, cost
-from .normalize import normalize
 from .cost import Estimate, SiteShape
 from .dominance import Callers
+from .locations import describe
+from .normalize import normalize
 from .ring_plan import RingPlan
 from .unsupported import Unsupported
-from .locations import describe
 
 DEFAULT_THRESHOLD_MIB = 1.0
 # Ring rounds per loop iteration: rounds that fill no iteration are emitted inline,
@@ -136,15 +136,17 @@ INT64_MAX = 2**63 - 1
 class ModuleScan:
     """What every site of one pass run needs to know of the whole module, gathered in
     one walk: the highest channel handle (new ones go above it), the
-    sdy.manual_computation ops, whether GSPMD marks any region partially manual, and
-    who calls each function.
+    sdy.manual_computation ops, whether GSPMD marks any region partially manual, who
+    calls each function, and the number of each op named `root` in program order (by
+    identity: a site's number across runs of the pass).
 
     A `channel_handle` or `mhlo.sharding` attribute of another type (on an op the
     passes do not know) is not a channel or a sharding: it is counted in `ignored`.
     """
 
-    def __init__(self, module_op: ir.Operation):
+    def __init__(self, module_op: ir.Operation, root: str = ""):
         self.last_channel = 0
+        self.numbers: dict[int, int] = {}
         self.manual_computations: list[ir.Operation] = []
         self.partially_manual_gspmd = False
         self.ignored: list[str] = []   # "op-name attribute" of attributes not understood
@@ -153,6 +155,8 @@ class ModuleScan:
         def visit(op):
             attrs = op.attributes
             self.callers.note(op)
+            if op.name == root:
+                self.numbers[hash(op)] = len(self.numbers)
             if "channel_handle" in attrs:
                 attr = attrs["channel_handle"]
                 if stablehlo.ChannelHandle.isinstance(attr):
@@ -186,19 +190,6 @@ class ModuleScan:
             raise OverflowError("channel handles exhausted")   # require_channels prevents it
         self.last_channel += 1
         return self.last_channel
-
-
-def root_numbers(module_op: ir.Operation, name: str) -> dict[int, int]:
-    """The ops called `name`, by identity, numbered in program order."""
-    numbers: dict[int, int] = {}
-
-    def visit(op):
-        if op.name == name:
-            numbers[hash(op)] = len(numbers)
-        return ir.WalkResult.ADVANCE
-
-    module_op.walk(visit)
-    return numbers
 
 
 def verification_error(op: ir.Operation) -> str | None:
@@ -326,11 +317,10 @@ class RewritePass:
 
     def _apply(self, module_op: ir.Operation, records: list, broken: dict[int, str],
                careful: bool, input_name: str | None) -> tuple[int, str] | None:
-        """One greedy run, recording each site's fate in `records`; returns (site number, error) for the first site whose rewrite
-        raised (or, when `careful`, left the module invalid), after which the run stops
-        rewriting. Sites are numbered in program order; `broken` ones are skipped."""
-        scan = ModuleScan(module_op)
-        numbers = root_numbers(module_op, self.root.OPERATION_NAME)
+        """One greedy run, recording each site's fate in `records`; returns (site number,
+        error) for the first site whose rewrite raised (or, when `careful`, left the
+        module invalid), after which the run stops rewriting. `broken` sites are skipped."""
+        scan = ModuleScan(module_op, self.root.OPERATION_NAME)
         # Root ops already decided in this run: the greedy driver revisits an op whose
         # neighbours changed (an all_gather kept for other readers, a site left
         # unchanged), and each site gets one decision and one record. Keys are the
@@ -346,7 +336,7 @@ class RewritePass:
                 return True
             decided.add(key)
             location = op.location  # read before the rewrite erases `op`
-            number = numbers.get(key, -1)
+            number = scan.numbers.get(key, -1)
             if number in broken:
                 log(location, False, kind="internal error", reason=(
                     f"internal error: its rewrite failed ({broken[number]}); the site is "
