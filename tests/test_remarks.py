@@ -120,3 +120,29 @@ def test_faster_rewrite_is_not_called_slower():
     site = one_site(BIG, threshold_mib=0, hardware="tpu-v5e")
     assert site.estimate.after_us < site.estimate.before_us
     assert "slower" not in site.format()
+
+
+GATHER_DOT_SCATTER_SAME_DIM = """module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @f(%x: tensor<2x16xf32>, %w: tensor<16x8xf32>) -> tensor<2x8xf32> {
+    %0 = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %2 = "stablehlo.reduce_scatter"(%1) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %3 = stablehlo.add %a, %b : tensor<f32>
+      stablehlo.return %3 : tensor<f32>
+    }) : (tensor<8x8xf32>) -> tensor<2x8xf32>
+    return %2 : tensor<2x8xf32>
+  }
+}
+"""
+
+
+def test_remarks_name_the_op_they_mean():
+    """The reduce_scatter whose dot the all_gather ring takes names the all_gather's
+    location (line 3), not the dot's (line 4)."""
+    sites = overlap_hlo.remarks(GATHER_DOT_SCATTER_SAME_DIM, input_name="m.mlir",
+                                threshold_mib=0)
+    gather, scatter = sites
+    assert gather.location == "m.mlir:3:10" and scatter.location == "m.mlir:5:10"
+    assert "decomposed by the all_gather ring at m.mlir:3:10 instead" in scatter.reason
+    assert "at m.mlir:5:10, which keeps its collective" in gather.detail
