@@ -56,11 +56,12 @@ class OverlapMatmulReduceScatter(RewritePass):
         if not dots:
             if top is not None and top.name == "stablehlo.optimization_barrier":
                 raise Unsupported("an optimization_barrier separates it from its operand")
-            if top is not None and top.name in ("stablehlo.case", "stablehlo.if") and any(
-                    summed_dots(producer(branch_result(region, scatter.operands[0]), 0)[0])[0]
-                    for region in top.regions):
-                raise Unsupported(f"its dot is inside the branches of a {top.name} (that "
-                                  "differ): a ring cannot be placed there",
+            if top is not None and any(summed_dots(producer(value, 0)[0])[0]
+                                       for value in returned(top, scatter.operands[0])):
+                where = ("a stablehlo.while body, summed into a carried value"
+                         if top.name == "stablehlo.while" else
+                         f"the branches of a {top.name} (that differ)")
+                raise Unsupported(f"its dot is inside {where}: a ring cannot be placed there",
                                   kind="dot across a region boundary")
             raise NoMatch
         if not is_add_reduction(scatter.regions[0]):
@@ -169,13 +170,15 @@ def _report_shared(dot: ir.Operation, location: ir.Location, report) -> None:
                 kind="dot shared with another reduce_scatter")
 
 
-def branch_result(region: ir.Region, result: ir.Value) -> ir.Value:
-    """What `region`'s terminator returns for `result` (a result of its if/case, maybe
-    behind single-use views)."""
-    while as_op(result.owner).name not in ("stablehlo.case", "stablehlo.if"):
-        result = as_op(result.owner).operands[0]
-    terminator = as_op(list(region.blocks[0].operations)[-1])
-    return terminator.operands[result.result_number]
+def returned(region_op: ir.Operation, value: ir.Value) -> list[ir.Value]:
+    """What the regions of an if/case (each branch) or a while (its body) return for
+    `value`, a result of `region_op` maybe behind single-use views; [] for other ops."""
+    regions = {"stablehlo.case": region_op.regions, "stablehlo.if": region_op.regions,
+               "stablehlo.while": region_op.regions[1:]}.get(region_op.name, [])
+    while regions and as_op(value.owner) != region_op:
+        value = as_op(value.owner).operands[0]
+    return [as_op(list(region.blocks[0].operations)[-1]).operands[value.result_number]
+            for region in regions]
 
 
 def summed_dots(top: ir.Operation | None

@@ -275,7 +275,10 @@ def under_cond(case: Case, names, site):
 
     if case.context != "called_under_cond":
         return site
-    stage = next(a for a in names if a not in case.axes)
+    manual = case.manual or names
+    stage = next((a for a in manual if a not in case.axes), None)
+    if stage is None:   # no other manual axis to branch on
+        return site
     layer = jax.jit(site)
 
     def fn(a, w):
