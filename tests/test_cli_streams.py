@@ -145,7 +145,7 @@ import sys, signal
 from overlap_hlo import rewrite_pass
 from overlap_hlo.tools import overlap_opt
 real_scan = rewrite_pass.ModuleScan.__init__
-def scan(self, op):         # inside pm.run: MLIR's pass manager is on the stack
+def scan(self, *args):      # inside pm.run: MLIR's pass manager is on the stack
     sys.stdout.write("ready\\n"); sys.stdout.flush()
     signal.pause()
 rewrite_pass.ModuleScan.__init__ = scan
