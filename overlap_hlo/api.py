@@ -294,7 +294,21 @@ def _copy(module: ir.Module) -> ir.Module:
     return parse(serialize(module, bytecode=True))
 
 
+def target_of(platforms) -> str:
+    """The `target` option for a module lowered for `platforms` (JAX's names): its
+    backend when there is one, else "" (forms every backend runs)."""
+    names = {{"cuda": "gpu", "rocm": "gpu", "gpu": "gpu"}.get(p, p) for p in platforms}
+    return names.pop() if len(names) == 1 and names <= {"cpu", "gpu", "tpu"} else ""
+
+
+def _with_target(options: dict, platforms) -> dict:
+    """`options`, with the target of `platforms` unless one is given."""
+    target = target_of(platforms)
+    return {"target": target, **options} if target and "target" not in options else options
+
+
 def _rewrite_lowered(lowered, pipeline, options, stacklevel: int):
+    options = _with_target(options, compat.lowering_platforms(lowered))
     module = _copy(lowered.compiler_ir("stablehlo"))
     sites = _rewrite(module, pipeline, True, None, options, "rewrite_lowered")
     _warn_unchanged(sites, stacklevel + 1)
@@ -304,7 +318,8 @@ def _rewrite_lowered(lowered, pipeline, options, stacklevel: int):
 def rewrite_lowered(lowered, pipeline: str | None = DEFAULT_PIPELINE, **options):
     """A new `jax.stages.Lowered` whose `.compile()` runs the rewritten module.
 
-    `lowered` and JAX's cached lowering are left as they were.
+    `lowered` and JAX's cached lowering are left as they were. Unless `target` is
+    given, the forms are those of the backend it was lowered for.
     """
     pass_defaults(options, "rewrite_lowered")
     return _rewrite_lowered(lowered, pipeline, options, stacklevel=2)
@@ -322,6 +337,7 @@ def rewrite_exported(exported, pipeline: str | None = DEFAULT_PIPELINE, **option
 
 
 def _rewrite_exported(exported, pipeline, options, stacklevel: int):
+    options = _with_target(options, exported.platforms)
     module = parse(exported.mlir_module())
     _warn_unchanged(_rewrite(module, pipeline, True, None, options, "rewrite_exported"),
                     stacklevel + 1)

@@ -87,6 +87,16 @@ def zeros(tensor_type: ir.RankedTensorType) -> ir.Value:
     return stablehlo.constant(ir.DenseElementsAttr.get_splat(tensor_type, zero))
 
 
+def buffer(tensor_type: ir.RankedTensorType, platform: str = "") -> ir.Value:
+    """A tensor a ring overwrites whole: uninitialised on TPU and GPU (`custom_call
+    @AllocateBuffer`, what `jax.lax.empty` lowers to there), zeros elsewhere (the CPU
+    backend has no such call)."""
+    if platform not in ("tpu", "gpu"):
+        return zeros(tensor_type)
+    return stablehlo.CustomCallOp([tensor_type], [], call_target_name="AllocateBuffer",
+                                  has_side_effect=False).result
+
+
 def equal(a: ir.Value, b: ir.Value) -> ir.Value:
     """`a == b` for two scalar integers: a `tensor<i1>`."""
     return stablehlo.compare(a, b, stablehlo.ComparisonDirectionAttr.get("EQ"))

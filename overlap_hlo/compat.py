@@ -87,3 +87,8 @@ def trace_context():
     from jax._src import config
 
     return config.trace_context()
+
+
+def lowering_platforms(lowered) -> tuple[str, ...]:
+    """The platforms a `jax.stages.Lowered` was lowered for ("cpu", "tpu", "cuda"...)."""
+    return tuple(getattr(lowered._lowering, "_platforms", None) or ())

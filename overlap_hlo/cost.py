@@ -49,6 +49,7 @@ class Hardware:
     link_efficiency: float = 0.8
     source: str = ""
     step_us_per_mib: float = 0.0  # per ring round and MiB of the block (its copies, adds)
+    platform: str = ""            # "tpu", "gpu" or "cpu": the rewrite's forms for it
 
     def matmul_us(self, flops: float, element_type: str) -> float:
         peak = self.tflops.get(element_type) or self.tflops.get("default") or min(self.tflops.values())
@@ -89,6 +90,9 @@ class Hardware:
             raise ValueError(f"{where}: 'name' must be a non-empty string")
         if not isinstance(self.source, str):
             raise ValueError(f"{where}: 'source' must be a string")
+        if self.platform not in PLATFORMS:
+            raise ValueError(f"{where}: 'platform' must be one of "
+                             f"{', '.join(repr(p) for p in PLATFORMS)}")
         if (not isinstance(self.tflops, dict) or not self.tflops
                 or not all(isinstance(k, str) and _number(v) and v > 0
                            for k, v in self.tflops.items())):
@@ -165,7 +169,9 @@ def _read_json(path: str):
         raise ValueError(f"{path}: not valid JSON: {err}") from None
 
 
-_GPU = dict(latency_us=10.0, step_overhead_us=3.0, loop_overhead_us=5.0)
+# What a profile's `platform` may be ("": any; the forms every backend runs).
+PLATFORMS = ("", "cpu", "gpu", "tpu")
+_GPU = dict(latency_us=10.0, step_overhead_us=3.0, loop_overhead_us=5.0, platform="gpu")
 _TPU_LATENCY_US = 5.0
 # The tpu-* profiles' compute-side figures before calibration (guesses, not datasheet).
 TPU_GUESSES = dict(matmul_efficiency=0.7, step_overhead_us=1.0, step_us_per_mib=0.0,
@@ -188,7 +194,8 @@ CALIBRATED = {
 def _tpu(name: str, tflops: dict, link_gbps: float, datasheet: str) -> Hardware:
     """A tpu-* profile: datasheet peaks and links, calibrated compute-side figures."""
     return Hardware(name, tflops, link_gbps=link_gbps, latency_us=_TPU_LATENCY_US,
-                    **CALIBRATED[name], source=f"{datasheet}; compute-side figures "
+                    platform="tpu", **CALIBRATED[name],
+                    source=f"{datasheet}; compute-side figures "
                     f"(matmul efficiency, overheads) {CALIBRATION}")
 
 
@@ -221,7 +228,7 @@ PROFILES: dict[str, Hardware] = {p.name: p for p in [
                     "624 int8; NVLink 600 GB/s total = 300 GB/s per direction"),
     Hardware("host-cpu", {"f32": 0.02, "bf16": 0.005, "f16": 0.005, "int8": 0.02},
              link_gbps=2.0, latency_us=50.0, step_overhead_us=20.0, loop_overhead_us=20.0,
-             matmul_efficiency=1.0, link_efficiency=1.0,
+             matmul_efficiency=1.0, link_efficiency=1.0, platform="cpu",
              source="measured on the 2-core CI machine: ~80 GFLOP/s f32 for XLA:CPU "
                     "shared by 8 host devices; copies between host devices ~2 GB/s"),
 ]}

@@ -164,6 +164,7 @@ def build_variants(source, topology: str | tpu.Topology, variants: dict[str, dic
     original = analyze(original_compiled, timing, timeline, trip_counts)
     reports = {}
     for name, options in variants.items():
+        options = {"target": "tpu", **{k: v for k, v in options.items() if v is not None}}
         compiled, sites = tpu.compile_rewritten(original_compiled.module, topo, pipeline,
                                                 input_name=input_name, **options)
         rewritten = analyze(compiled, timing, timeline, trip_counts)
@@ -177,7 +178,7 @@ def build_variants(source, topology: str | tpu.Topology, variants: dict[str, dic
                      dots.get(location, frozenset()), input_name)
                 for location, group in by_location.items()]
         reports[name] = Report(topo.name, topo.hardware.name, topo.chip.clock_ghz,
-                               {k: v for k, v in options.items() if v is not None}, rows,
+                               options, rows,
                                original, rewritten, original.temp_bytes,
                                rewritten.temp_bytes)
     return reports

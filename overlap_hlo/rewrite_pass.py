@@ -235,14 +235,20 @@ class RewritePass:
     bidirectional: bool = field(default=False, metadata={
         "help": "two streams in opposite ring directions, about N/2 rounds "
                 "(groups of 2 fall back to one stream)"})
-    unroll: int = field(default=1, metadata={
+    unroll: int | None = field(default=None, metadata={
         "help": "ring rounds per loop iteration, 1 to 16 (the remainder is emitted after "
-                "the loop)"})
+                "the loop); default 2 for TPU (its loops then alternate two buffers "
+                "instead of copying the one they carry), else 1"})
     f32_sums: bool = field(default=False, metadata={
         "help": "overlap-all-gather-matmul: sum the partial products of a contracting "
                 "gathered dim in f32 when the result is a narrower float (default: in the "
                 "result's type, as XLA's windowed einsum does, but always in f32 for f16 "
                 "and 8-bit floats); costs an f32 buffer of the result's size"})
+
+    target: str = field(default="", metadata={
+        "help": "the backend the module will be compiled for: tpu or gpu (buffers the "
+                "ring writes whole are left uninitialised: custom_call @AllocateBuffer), "
+                "cpu; default: the hardware profile's, else forms every backend runs"})
 
     # The profile predictions use, loaded once per pass instance (not per site).
     profile: cost.Hardware = field(init=False, repr=False, compare=False)
@@ -260,11 +266,21 @@ class RewritePass:
         if self.threshold_mib is not None and not self.threshold_mib >= 0:  # rejects nan
             raise ValueError(f"pass '{self.name}': threshold-mib must be >= 0, "
                              f"got {self.threshold_mib}")
+        if self.target not in cost.PLATFORMS:
+            raise ValueError(f"pass '{self.name}': target must be one of tpu, gpu, cpu, got "
+                             f"'{self.target}'")
+        if self.unroll is None:
+            object.__setattr__(self, "unroll", 2 if self.platform == "tpu" else 1)
         if self.unroll < 1:
             raise ValueError(f"pass '{self.name}': unroll must be >= 1, got {self.unroll}")
         if self.unroll > MAX_UNROLL:
             raise ValueError(f"pass '{self.name}': unroll must be at most {MAX_UNROLL}, got "
                              f"{self.unroll}")
+
+    @property
+    def platform(self) -> str:
+        """The backend the forms are for: `target`, else the named profile's, else ""."""
+        return self.target or (self.profile.platform if self.hardware else "")
 
     @classmethod
     def options(cls) -> dict[str, dataclasses.Field]:
@@ -427,7 +443,8 @@ def _convert(f: dataclasses.Field, text: str, pass_name: str):
 
 def eval_type_name(name: str) -> type:
     """Field annotations are strings under `from __future__ import annotations`."""
-    return {"float": float, "float | None": float, "int": int, "bool": bool, "str": str}[name]
+    return {"float": float, "float | None": float, "int": int, "int | None": int,
+            "bool": bool, "str": str}[name]
 
 
 def require_supported_types(*types: ir.Type) -> None:

@@ -164,6 +164,17 @@ class Analysis:
     def permutes_at(self, location: str) -> list[Permute]:
         return [p for p in self.permutes if p.location == location]
 
+    def compute_by_category(self, names: set[str] | None = None) -> dict[str, float]:
+        """Compute microseconds (over every execution) by what the instruction does:
+        "dots" (a matmul, with what is fused into it), "accumulation" (an add of its
+        own), "copies" (of a buffer), "initialisation" (a broadcast filling a buffer),
+        "other". Only the instructions in `names`, when given."""
+        totals: dict[str, float] = defaultdict(float)
+        for name, us in self.compute_by_name.items():
+            if names is None or name in names:
+                totals[instruction_category(self.proto, self.proto.by_name[name])] += us
+        return dict(totals)
+
     def collectives_at(self, location: str) -> list[Collective]:
         return [c for c in self.collectives if c.location == location]
 
@@ -568,6 +579,18 @@ def neighbour_matmuls(hlo_module, proto: ModuleProto, collective: Instruction,
 
 def typed_instructions(hlo_module) -> dict[str, object]:
     return {i.name: i for comp in hlo_module.computations() for i in comp.instructions()}
+
+
+CATEGORY_OF_ROOT = {"add": "accumulation", "copy": "copies", "broadcast": "initialisation"}
+
+
+def instruction_category(proto: ModuleProto, instr: Instruction) -> str:
+    """What a computing instruction does, for compute breakdowns (Analysis)."""
+    if contains_matmul(proto, instr):
+        return "dots"
+    called = proto.called(instr) if instr.opcode == "fusion" else []
+    root = called[0].root.opcode if called else instr.opcode
+    return CATEGORY_OF_ROOT.get(root, "other")
 
 
 def contains_matmul(proto: ModuleProto, instr: Instruction) -> bool:

@@ -233,8 +233,10 @@ def compile_pair(source, topo: Topology | str, pipeline: str = DEFAULT_PIPELINE,
 
 def compile_rewritten(module: ir.Module, topo: Topology, pipeline: str = DEFAULT_PIPELINE,
                       *, input_name: str | None = None, **options) -> tuple[Compiled, list[Site]]:
-    """A copy of `module` rewritten with `options`, compiled for `topo`, and its sites."""
+    """A copy of `module` rewritten with `options` (the TPU forms unless another
+    `target` is given), compiled for `topo`, and its sites."""
     rewritten = api.parse(api.serialize(module, bytecode=True))
+    options = {"target": "tpu", **{k: v for k, v in options.items() if v is not None}}
     sites = api.rewrite_module(rewritten, pipeline, input_name=input_name, **options)
     return compile_module(rewritten, topo), sites
 

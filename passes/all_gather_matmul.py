@@ -380,7 +380,8 @@ class OverlapAllGatherMatmul(RewritePass):
         for i, group in enumerate(groups):
             extra = [assembly] if assembly is not None and i == 0 else []
             with ir.InsertionPoint(group[0].anchor):
-                results = emit_loop(group + extra, shard, dim, ring, plan, scan.new_channel)
+                results = emit_loop(group + extra, shard, dim, ring, plan, scan.new_channel,
+                                    self.platform)
             for consumer, result in zip(group, results):
                 if isinstance(consumer, Fused):
                     consumer.replace(rewriter, result)
@@ -465,7 +466,7 @@ class Assembly:
     block: int                # one shard's size along the gathered dim
 
     inputs = ()
-    result_dim = 0            # not None: the buffer starts as zeros
+    result_dim = 0            # not None: a buffer the ring writes whole
 
     @property
     def acc_type(self) -> ir.RankedTensorType:
@@ -553,9 +554,9 @@ def permute_count(n: int, options: RewritePass, sums: bool = False) -> int:
 
 
 def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
-              ring: Ring, plan: RingPlan, channels) -> list[ir.Value]:
+              ring: Ring, plan: RingPlan, channels, platform: str = "") -> list[ir.Value]:
     """One ring for all `consumers`, built at the current insertion point as `plan`
-    says.
+    says; the buffers it writes whole are `builders.buffer`s for `platform`.
 
     Round 0 multiplies the device's own shard while sending it on; round r multiplies
     the shard of position p + r (and p - r from the second stream when bidirectional)
@@ -603,8 +604,8 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
 
     position = b.ring_position(ring)
     invariants = [value for c in consumers for value in c.inputs] + [position]
-    accs = [None if c.result_dim is None and not plan.sums_from_zeros else b.zeros(c.acc_type)
-            for c in consumers]
+    accs = [b.buffer(c.acc_type, platform) if c.result_dim is not None
+            else b.zeros(c.acc_type) if plan.sums_from_zeros else None for c in consumers]
     carried = b.planned_rounds(plan, [shard] * streams + accs, invariants, round_)
     return [c.finish(acc) for c, acc in zip(consumers, carried[streams:])]
 

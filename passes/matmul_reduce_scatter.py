@@ -117,7 +117,8 @@ class OverlapMatmulReduceScatter(RewritePass):
         with ir.InsertionPoint(scatter):
             result, product = emit_loop(dots, addends, dim, block, ring, between, plan,
                                         scan.new_channel, assemble=bool(readers),
-                                        sum_type=result_type.element_type)
+                                        sum_type=result_type.element_type,
+                                        platform=self.platform)
         location = scatter.location
         rewriter.replace_op(scatter, [result])
         for dead in [*(view.op for view in reversed(between)), *adds]:
@@ -232,7 +233,7 @@ def permute_count(n: int, options: RewritePass) -> int:
 
 def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int,
               block: int, ring: Ring, views: list[View], plan: RingPlan, channels,
-              assemble: bool = False, sum_type: ir.Type | None = None
+              assemble: bool = False, sum_type: ir.Type | None = None, platform: str = ""
               ) -> tuple[ir.Value, ir.Value | None]:
     """The ring replacing reduce_scatter(sum of dots + added terms), built at the
     current insertion point as `plan` says; returns its result and, with `assemble`,
@@ -329,7 +330,8 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
     position = b.ring_position(ring)
     invariants = ([operand for dot in dots for operand in dot.operands] + list(addends)
                   + [position])
-    carried = ([b.zeros(dots[0].results[0].type)] if held else []) + [None] * 2 * plan.streams
+    carried = (([b.buffer(dots[0].results[0].type, platform)] if held else [])
+               + [None] * 2 * plan.streams)
     carried = b.planned_rounds(plan, carried, invariants, round_)
     product, state = (carried[0] if held else None), carried[held:]
     result = b.add(state[0], state[1])   # the last sum: own block (and the down arrival)

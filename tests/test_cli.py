@@ -530,7 +530,8 @@ def test_list_passes(capsys):
         assert f"  {name}\n" in out and cls.summary in out
     assert out.count("threshold-mib=<float>  (default: unset)") == 2
     assert out.count("bidirectional=<bool>  (default: false)") == 2
-    assert out.count("unroll=<int>  (default: 1)") == 2
+    assert out.count("unroll=<int>  (default: unset)") == 2   # 2 for TPU, else 1
+    assert out.count("target=<str>  (default: unset)") == 2
     for profile in ("tpu-v4", "tpu-v5e", "tpu-v5p", "h100-sxm", "h200", "a100", "host-cpu"):
         assert f"  {profile}: " in out
     assert "canonicalize and cse" in out

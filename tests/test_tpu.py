@@ -77,7 +77,7 @@ def compiled_opcodes(analysis: schedule.Analysis) -> list[str]:
 
 @pytest.fixture(scope="module")
 def one_stream():
-    return report.build(lowered_mlp("v5e:2x4"), "v5e:2x4", threshold_mib=0)
+    return report.build(lowered_mlp("v5e:2x4"), "v5e:2x4", threshold_mib=0, unroll=1)
 
 
 def check_structure(rep: report.Report, ring: int) -> None:
@@ -274,3 +274,22 @@ def test_synchronous_permutes_count_as_exposed():
     (permute,) = analysis.permutes
     assert not permute.overlapped and permute.executions == 1 and permute.exposed_us > 0
     assert not analysis.collectives
+
+
+def test_tpu_forms_remove_copies_and_buffer_fills():
+    """The TPU forms (report's default): two rounds per iteration, so no loop copies
+    its carried shard, and the gathered result's buffer is left uninitialised, so no
+    broadcast fills it; the forms every backend runs (target=cpu) have both. Compute
+    from the TPU compiler's own estimates, compared as ratios."""
+    tpu_forms = report.build(lowered_mlp("v6e:2x4"), "v6e:2x4", threshold_mib=0)
+    portable = report.build(lowered_mlp("v6e:2x4"), "v6e:2x4", threshold_mib=0,
+                            target="cpu")
+    check_structure(tpu_forms, ring=8)
+    assert tpu_forms.options["target"] == "tpu"
+    ours, theirs = (rep.rewritten.compute_by_category() for rep in (tpu_forms, portable))
+    assert theirs.get("copies", 0) > 0 and theirs.get("initialisation", 0) > 0
+    assert ours.get("copies", 0) == 0 and ours.get("initialisation", 0) == 0, ours
+    assert tpu_forms.rewritten.loop_copies == []
+    assert tpu_forms.rewritten.compute_us < portable.rewritten.compute_us
+    original = tpu_forms.original.compute_by_category()
+    assert set(original) == {"dots"}, original

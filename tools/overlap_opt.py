@@ -180,7 +180,13 @@ def add_pass_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bidirectional", action="store_const", const=True, default=None,
                         help="rings in both directions (about N/2 rounds)")
     parser.add_argument("--unroll", type=_unroll, metavar="N",
-                        help="ring rounds per loop iteration, 1 to 16 (default 1)")
+                        help="ring rounds per loop iteration, 1 to 16 (default 2 for TPU, "
+                             "else 1)")
+    parser.add_argument("--target", choices=("tpu", "gpu", "cpu"),
+                        help="the backend the output will be compiled for: its forms "
+                             "(TPU and GPU: buffers the ring writes whole are left "
+                             "uninitialised); default: the --hardware profile's, else "
+                             "forms every backend runs")
     parser.add_argument("--f32-sums", action="store_const", const=True, default=None,
                         help="sum the partial products of a contracting gathered dim in "
                              "f32 for bf16 results (default: in the result's type; f16 "
@@ -191,7 +197,7 @@ def pass_flags(args: argparse.Namespace) -> dict:
     """The pass options `add_pass_flags` set, as keyword options (unset ones left out)."""
     given = {"threshold_mib": args.threshold_mib, "hardware": args.hardware,
              "bidirectional": args.bidirectional, "unroll": args.unroll,
-             "f32_sums": args.f32_sums}
+             "f32_sums": args.f32_sums, "target": args.target}
     return {key: value for key, value in given.items() if value is not None}
 
 
@@ -321,8 +327,8 @@ def list_passes() -> str:
         "too, e.g. --pass-pipeline='builtin.module(overlap-all-gather-matmul"
         "{threshold-mib=0},canonicalize,cse)'.",
         f"Default pipeline: {overlap_hlo.DEFAULT_PIPELINE}",
-        "--threshold-mib, --hardware, --bidirectional and --unroll set these options for "
-        "every overlap pass",
+        "--threshold-mib, --hardware, --bidirectional, --unroll, --f32-sums and --target set "
+        "these options for every overlap pass",
         "whose pipeline text leaves them unset. Sites are decided by size "
         f"(threshold-mib, default {overlap_hlo.DEFAULT_THRESHOLD_MIB:g} MiB)",
         "unless a hardware profile is named and no threshold is: then by the cost model.",

@@ -2,6 +2,7 @@
 report, per site, what the TPU compiler's schedule overlaps.
 
     overlap-report IN --tpu=v5e:2x4 [--bidirectional] [--unroll=U] [--threshold-mib=F] [--f32-sums]
+                   [--target=tpu|gpu|cpu]   (default: the TPU forms)
                    [--hardware=NAME] [--pass-pipeline=P] [--json OUT] [--timeline OUT.svg]
 
 Needs libtpu (pip install 'overlap-hlo[tpu]'); --timeline needs matplotlib (the `bench`

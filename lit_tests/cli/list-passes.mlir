@@ -1,9 +1,10 @@
 // RUN: overlap-opt --list-passes | FileCheck %s
 
-// Every overlap pass lists its four options with their types and defaults:
+// Every overlap pass lists its options with their types and defaults:
 // threshold-mib is unset by default (1 MiB applies unless a hardware profile is
-// named), hardware is unset, bidirectional is false and unroll is 1. The built-in
-// hardware profiles are listed at the end.
+// named), hardware is unset, bidirectional is false, unroll is unset (2 for TPU,
+// else 1), and target is unset (the hardware profile's). The built-in hardware
+// profiles are listed at the end.
 
 // CHECK-LABEL: overlap-all-gather-matmul
 // CHECK-NEXT: all_gather feeding dot_general
@@ -11,14 +12,17 @@
 // CHECK-NEXT: threshold-mib=<float>  (default: unset)
 // CHECK: hardware=<str>  (default: unset)
 // CHECK: bidirectional=<bool>  (default: false)
-// CHECK: unroll=<int>  (default: 1)
+// CHECK: unroll=<int>  (default: unset)
+// CHECK: default 2 for TPU
+// CHECK: target=<str>  (default: unset)
 // CHECK-LABEL: overlap-matmul-reduce-scatter
 // CHECK-NEXT: dot_general feeding reduce_scatter
 // CHECK: Options:
 // CHECK-NEXT: threshold-mib=<float>  (default: unset)
 // CHECK: hardware=<str>  (default: unset)
 // CHECK: bidirectional=<bool>  (default: false)
-// CHECK: unroll=<int>  (default: 1)
+// CHECK: unroll=<int>  (default: unset)
+// CHECK: target=<str>  (default: unset)
 // CHECK: Upstream MLIR passes such as canonicalize and cse can be used in --pass-pipeline
 // CHECK: Default pipeline: builtin.module(overlap-all-gather-matmul,overlap-matmul-reduce-scatter,canonicalize,cse)
 // CHECK: Hardware profiles:
