@@ -292,4 +292,4 @@ def test_tpu_forms_remove_copies_and_buffer_fills():
     assert tpu_forms.rewritten.loop_copies == []
     assert tpu_forms.rewritten.compute_us < portable.rewritten.compute_us
     original = tpu_forms.original.compute_by_category()
-    assert set(original) == {"dots"}, original
+    assert original["dots"] > 0 and not {"copies", "initialisation"} & set(original)
