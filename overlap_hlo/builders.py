@@ -187,6 +187,12 @@ def block_offset(position: ir.Value, step: ir.Value | int, group_size: int,
     return mul(index, scalar(block, dtype))
 
 
+def plus_rows(offset: ir.Value, rows: int) -> ir.Value:
+    """`offset + rows` for a scalar offset of either index type."""
+    return offset if rows == 0 else add(offset, scalar(rows, np.int64 if ir.IntegerType(
+        ir.RankedTensorType(offset.type).element_type).width == 64 else np.int32))
+
+
 def plus(step: ir.Value | int, offset: int) -> ir.Value | int:
     """`step + offset` for a loop value or a Python int."""
     if isinstance(step, int) or offset == 0:

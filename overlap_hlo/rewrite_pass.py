@@ -237,8 +237,8 @@ class RewritePass:
                 "(groups of 2 fall back to one stream)"})
     unroll: int | None = field(default=None, metadata={
         "help": "ring rounds per loop iteration, 1 to 16 (the remainder is emitted after "
-                "the loop); default 2 for TPU (its loops then alternate two buffers "
-                "instead of copying the one they carry), else 1"})
+                "the loop); default 1, but 2 for the all_gather ring on TPU (its loop "
+                "then alternates two buffers instead of copying the shard it carries)"})
     f32_sums: bool = field(default=False, metadata={
         "help": "overlap-all-gather-matmul: sum the partial products of a contracting "
                 "gathered dim in f32 when the result is a narrower float (default: in the "
@@ -256,6 +256,7 @@ class RewritePass:
     name: ClassVar[str] = ""
     root: ClassVar[type] = object
     summary: ClassVar[str] = ""
+    tpu_unroll: ClassVar[int] = 1    # the unroll of the TPU forms
 
     def __post_init__(self):
         try:
@@ -270,7 +271,7 @@ class RewritePass:
             raise ValueError(f"pass '{self.name}': target must be one of tpu, gpu, cpu, got "
                              f"'{self.target}'")
         if self.unroll is None:
-            object.__setattr__(self, "unroll", 2 if self.platform == "tpu" else 1)
+            object.__setattr__(self, "unroll", self.tpu_unroll if self.platform == "tpu" else 1)
         if self.unroll < 1:
             raise ValueError(f"pass '{self.name}': unroll must be >= 1, got {self.unroll}")
         if self.unroll > MAX_UNROLL:

@@ -30,14 +30,17 @@ runs in the loop:
 - otherwise the rounds that fill no iteration run before the loop.
 Not when fewer than 2 rounds have the loop's form.
 
-reduce_scatter ring (pipelined): round k first adds the accumulator received during
-round k-1 to the partial product of round k-1 and sends the sum on, then computes
-its own partial product while that accumulator travels; the sum of round k's product
-waits for the next round. So no dot reads a permute of its own round, nor feeds one,
-and the compiler cannot fuse a round's dot with the add of the accumulator in flight.
-Round 0 sends nothing; the sum of the last round's product follows the ring. Two
-streams: a = N//2 rounds before the last down, N-1-a up (starting in round 2a-N+1),
-and a last round with the device's own block.
+reduce_scatter ring (two chains skewed by half a round): instead of the data, two
+accumulators travel the ring. In each round a chain computes its partial product and
+adds the accumulator it received to it, so the add fuses into the dot's output; chain
+1 sends its sum at once, chain 0 at the start of the next round, so each transfer runs
+beside the other chain's dot and none is in flight across a loop iteration's end. One
+stream: the chains are the two halves of each block (`chains` = 2; 1 when a block is
+one row, which then cannot overlap), moving the same way; their last sums are the
+halves of the device's own block. Two streams (bidirectional): chain 0 is the down
+stream, chain 1 the up stream; a = N//2 rounds down, N-1-a up starting in round
+2a-N+1, and a last round with the device's own block, to which both arrivals add.
+Round 0 adds nothing; the loop holds the rounds where every chain adds and sends.
 """
 from __future__ import annotations
 
@@ -55,6 +58,7 @@ class RingPlan:
     bidirectional: bool = False   # as asked for; groups of 2 use one stream
     unroll: int = 1
     in_loop_sum: bool = False     # gather rings that sum products (module docstring)
+    chains: int = 2               # reduce_scatter, one stream: a block's halves (or 1)
 
     streams: int = field(init=False)
     blocks: tuple[int, ...] = field(init=False)   # blocks multiplied in each round
@@ -70,8 +74,10 @@ class RingPlan:
             raise ValueError(f"a ring needs 2 or more devices and unroll >= 1 "
                              f"(group size {n}, unroll {self.unroll})")
         streams = 2 if self.bidirectional and n > 2 else 1
+        if self.chains not in (1, 2):
+            raise ValueError(f"a reduce_scatter ring has 1 or 2 chains, got {self.chains}")
         if self.kind == SCATTER:
-            blocks, sends, start, stop = _scatter(n, streams)
+            blocks, sends, start, stop = _scatter(n, streams, self.chains)
         elif self.in_loop_sum:
             blocks, sends, start, stop = _summing_gather(n, streams, self.unroll)
         else:
@@ -122,8 +128,8 @@ class RingPlan:
 
     @property
     def transfers(self) -> int:
-        """Shifts executed (every block moves group_size - 1 times; in_loop_sum adds
-        shifts that nothing reads)."""
+        """Shifts executed (every block moves group_size - 1 times, in `chains` halves
+        for a one-stream reduce_scatter; in_loop_sum adds shifts that nothing reads)."""
         return sum(self.sends)
 
     @property
@@ -178,14 +184,17 @@ def _summing_gather(n: int, streams: int, unroll: int):
     return blocks, sends, 1 + (uniform - 1) % unroll, uniform
 
 
-def _scatter(n: int, streams: int):
-    """Blocks, sends and loop range of the pipelined reduce_scatter ring."""
+def _scatter(n: int, streams: int, chains: int):
+    """Blocks, sends and loop range of the reduce_scatter ring (two skewed chains):
+    chain 0 sends the sum it kept at the start of the next round, chain 1 at once."""
+    a = n - 1 if streams == 1 else n // 2   # rounds before the own block's
     if streams == 1:
-        # Round k's add needs a received accumulator: from round 2 on.
-        return [1] * n, [0] + [1] * (n - 1), 2, n
-    a = n // 2                  # rounds before the own block's: ceil((n - 1) / 2)
-    up_start = a - (n - 1 - a)  # 1 for even n, 0 for odd
+        if chains == 1:
+            return [1] * n, [1] * a + [0], 1, a
+        # Rounds 1..a-1 send on both chains; round 0 only chain 1's, round a chain 0's.
+        return [1] * n, [1] + [2] * (a - 1) + [1], 1, a
+    up_start = a - (n - 1 - a)  # 1 for even n, 0 for odd: the up stream starts late
     blocks = [1 if k < up_start else 2 for k in range(a)] + [1]
-    sends = [0] + [1 + (k - 1 >= up_start) for k in range(1, a + 1)]
-    # Uniform from the round after both streams have received: up_start + 2.
-    return blocks, sends, up_start + 2, a
+    sends = [int(up_start == 0)] + [2] * (a - 1) + [1]
+    # Uniform once both chains have started and received: from round up_start + 1.
+    return blocks, sends, up_start + 1, a

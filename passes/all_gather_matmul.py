@@ -216,11 +216,13 @@ class OverlapAllGatherMatmul(RewritePass):
 
     name = "overlap-all-gather-matmul"
     root = stablehlo.AllGatherOp
+    tpu_unroll = 2   # the carried shard alternates between two buffers, not copied
     summary = "all_gather feeding dot_general -> loop of collective_permute + partial dots"
 
     def __post_init__(self):
-        super().__post_init__()
+        # The options as given (an unset unroll takes each pass's own default).
         options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        super().__post_init__()
         object.__setattr__(self, "scatter_pass", OverlapMatmulReduceScatter(**options))
 
     def scatters_first(self, gather: ir.Operation, dots: list[ViewedUse],

@@ -1,4 +1,5 @@
-"""Elementwise epilogues of an all_gather ring's dots, computed block by block.
+"""Elementwise epilogues of an all_gather ring's dots, and elementwise prologues of a
+reduce_scatter ring's dots, computed block by block.
 
 A gated MLP combines the products of two dots that read one all_gather:
 `silu(g @ w_gate) * (g @ w_up)`. As the ring builds each product block by block
@@ -14,6 +15,11 @@ that are elementwise over that shape (or calls of private functions made only of
 such ops, like JAX's `silu`), reading those results, each other, and constants
 (splat constants, scalars broadcast); and exactly one value that anything outside
 the epilogue reads.
+
+A prologue is the other way round: the elementwise ops that make a reduce_scatter
+dot's sliced operand from tensors of the same shape (the gelu between an MLP's two
+dots). The ring slices those tensors and replays the ops on each block, so they fuse
+into the block's dot as they fused into the whole dot before the rewrite.
 """
 from __future__ import annotations
 
@@ -148,6 +154,41 @@ def find_epilogue(sources: Sequence[ir.Value]) -> Epilogue | None:
         return None
     ops.sort(key=_Order(block))
     return Epilogue(tuple(sources), tuple(ops), read_outside[0])
+
+
+# Ops a prologue may hold: enough for gelu, silu and their kin.
+MAX_PROLOGUE_OPS = 64
+
+
+def find_prologue(output: ir.Value) -> Epilogue | None:
+    """The elementwise ops that compute `output` from tensors of its shape (its
+    sources) and uniform constants, when each of their results but `output` is read
+    only by the next of them: a reduce_scatter ring slices the sources and replays the
+    ops on each block, so the ops run fused into the block's dot (a gelu between an
+    MLP's two dots). None when `output` is not made that way."""
+    shape = _shape(output)
+    producer = _defining(output)
+    if shape is None or producer is None or not is_elementwise(producer, shape):
+        return None
+    ops: list[ir.Operation] = []
+    sources: list[ir.Value] = []
+    pending = [output]
+    while pending:
+        value = pending.pop()
+        op = _defining(value)
+        inner = value is output or len(list(value.uses)) == 1
+        if op is None or not inner or not is_elementwise(op, shape) or \
+                len(ops) >= MAX_PROLOGUE_OPS or op.block != producer.block:
+            if value not in sources:
+                sources.append(value)
+            continue
+        if op not in ops:
+            ops.append(op)
+            pending += [v for v in op.operands if not uniform(v, shape)]
+    if output in sources:
+        return None
+    ops.sort(key=_Order(producer.block))
+    return Epilogue(tuple(sources), tuple(ops), output)
 
 
 class _Order:

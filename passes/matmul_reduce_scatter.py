@@ -7,17 +7,15 @@ own product (slicing the operand, or both operands for a batch dim, that produce
 scatter dim) and adds it to the accumulator it just received. After the remaining
 N-1-k shifts that accumulator sits at the device that owns block j.
 
-The ring is pipelined (`ring_plan`): round k adds the accumulator received in round
-k-1 to round k-1's partial product and sends the sum on, then computes its own
-partial product while the sum travels; the product reaches an accumulator only in
-the next round, through an optimization_barrier. So no permute feeds or reads a dot
-of its own round, and the compiler cannot fuse a dot with the add of a received
-accumulator (which would make the dot wait for the transfer). Round 0 sends nothing,
-rounds 2.. run in the loop (one stream: the last round, the device's own block,
-included), and the last product is added after the ring. With two streams
-(bidirectional) the two accumulators meet at the owner, where the own block is added.
-The accumulator keeps the reduce_scatter's element type, so the bytes on the wire are
-those of the original collective.
+Two accumulators travel the ring, skewed by half a round (`ring_plan`): in each round
+a chain computes its partial product, adds the accumulator it received and sends the
+sum on. The add reads its own round's product, so the compiler fuses it into the
+dot's output fusion instead of running it as an instruction of its own, and each
+chain's transfer runs while the other chain's dot does. One stream: the chains are
+the two halves of each block's rows; two streams (bidirectional): the down and up
+streams, which meet at the owner, where the own block is added. The accumulator
+keeps the reduce_scatter's element type, so the bytes on the wire are those of the
+original collective.
 
 Example:
   overlap-opt --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0})' in.mlir
@@ -36,6 +34,7 @@ from overlap_hlo.dots import DotDims, flops
 from overlap_hlo.dominance import after, as_op
 from overlap_hlo.lookthrough import (TRANSPARENT, View, only_transparent, producer, replay,
                                     view_backward)
+from overlap_hlo.passes.epilogue import Epilogue, block_type_for, find_prologue
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
 from overlap_hlo.ring_plan import SCATTER, RingPlan
 
@@ -106,7 +105,12 @@ class OverlapMatmulReduceScatter(RewritePass):
         if readers:
             detail += (f"; the ring assembles the dot's product for {len(readers)} other "
                        "reader(s)")
-        plan = ring_plan(ring.size, self)
+        prologues = sliced_prologues(dots, dim)
+        if prologues:
+            detail += (f"; the elementwise ops making {len(prologues)} of its dots' operands "
+                       f"({sum(len(p.ops) for p in prologues.values())} op(s)) run on each "
+                       "block, fused into its dot")
+        plan = ring_plan(ring.size, self, block)
         decision = self.decide(top.results[0].type, cost.SiteShape(
             ring.size, sum(flops(dot) for dot in dots),
             cost.element_name(dots[0].operands[0].type.element_type),
@@ -118,7 +122,8 @@ class OverlapMatmulReduceScatter(RewritePass):
             result, product = emit_loop(dots, addends, dim, block, ring, between, plan,
                                         scan.new_channel, assemble=bool(readers),
                                         sum_type=result_type.element_type,
-                                        platform=self.platform)
+                                        platform=self.platform, out_dim=scatter_dim,
+                                        prologues=prologues)
         location = scatter.location
         rewriter.replace_op(scatter, [result])
         for dead in [*(view.op for view in reversed(between)), *adds]:
@@ -129,6 +134,12 @@ class OverlapMatmulReduceScatter(RewritePass):
                 rewriter.replace_op(dot, [product])
             else:
                 rewriter.erase_op(dot)
+        erased = set()   # the prologues' ops: only the erased dots read them
+        for prologue in prologues.values():
+            for op in reversed(prologue.ops):
+                if hash(op) not in erased:
+                    erased.add(hash(op))
+                    rewriter.erase_op(op)
         return detail, decision
 
 
@@ -221,9 +232,28 @@ def is_add_reduction(region: ir.Region) -> bool:
     return len(args) == 2 and (operands == args or operands == args[::-1])
 
 
-def ring_plan(n: int, options: RewritePass) -> RingPlan:
-    """The schedule `emit_loop` builds for a group of `n` with these options."""
-    return RingPlan(SCATTER, n, options.bidirectional, options.unroll)
+def sliced_prologues(dots: list[ir.Operation], result_dim: int
+                     ) -> dict[tuple[int, int], Epilogue]:
+    """(dot index, operand index) -> the elementwise prologue of an operand the ring
+    slices (one that makes `result_dim`), when only these dots read it."""
+    found = {}
+    for i, dot in enumerate(dots):
+        for index, _ in DotDims.of(dot).result_source(result_dim):
+            operand = dot.operands[index]
+            readers = {as_op(use.owner) for use in operand.uses}
+            if not readers <= set(dots):
+                continue
+            prologue = find_prologue(operand)
+            if prologue is not None:
+                found[(i, index)] = prologue
+    return found
+
+
+def ring_plan(n: int, options: RewritePass, block: int = 2) -> RingPlan:
+    """The schedule `emit_loop` builds for a group of `n` with these options; `block`:
+    the rows of the scattered block (one row cannot be split into two chains)."""
+    return RingPlan(SCATTER, n, options.bidirectional, options.unroll,
+                    chains=2 if block >= 2 else 1)
 
 
 def permute_count(n: int, options: RewritePass) -> int:
@@ -233,108 +263,129 @@ def permute_count(n: int, options: RewritePass) -> int:
 
 def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int,
               block: int, ring: Ring, views: list[View], plan: RingPlan, channels,
-              assemble: bool = False, sum_type: ir.Type | None = None, platform: str = ""
+              assemble: bool = False, sum_type: ir.Type | None = None, platform: str = "",
+              out_dim: int | None = None, prologues: dict | None = None
               ) -> tuple[ir.Value, ir.Value | None]:
     """The ring replacing reduce_scatter(sum of dots + added terms), built at the
     current insertion point as `plan` says; returns its result and, with `assemble`,
     the (single) dot's whole product, each block written as the ring computes it.
 
-    Round k first adds the accumulator received in round k-1 to round k-1's partial
-    product and sends the sum on, then computes round k's partial product while it
-    travels: a round's dot neither reads nor feeds its permute, and the add that
-    reads the permute sits in the next round (the next loop iteration, with unroll 1),
-    so the compiler cannot fuse it into the dot. With one stream (a = N-1 rounds
-    after round 0) the accumulator moves down the ring; with two, a = ceil((N-1)/2)
+    Two chains of accumulators travel the ring, skewed by half a round: in each round
+    a chain computes its partial product, adds the accumulator it received and sends
+    the sum on. The add reads the product of its own round, so the compiler fuses it
+    into the dot's output; the dot waits for the accumulator, which arrived while the
+    other chain's dot ran. One stream (a = N-1 rounds after round 0): the chains are
+    the two halves of each block's rows (`plan.chains`), both moving down the ring,
+    and their last sums, the halves of the device's own block, are concatenated along
+    `out_dim` (the scattered dim after the views). Two streams: a = ceil((N-1)/2)
     rounds down and N-1-a up, the up stream starting late so that both arrive
-    together, and a last round with the device's own block. In round k < a the down
-    accumulator collects block p + k - a (it reaches its owner after a - k more
-    shifts), the up one p + a - k. Every block of this device's product is computed
-    exactly once; an added term (a bias) is sliced like the product and added to each
-    block once, so the sum over the devices is that of the original (dot + term).
-    `sum_type`: the element type the reduce_scatter sums in, when wider than its
-    operand's (each part is converted before it is sent).
+    together, and a last round with the device's own block, to which both arrivals
+    add. In round k < a the down accumulator collects block p + k - a (it reaches its
+    owner after a - k more shifts), the up one p + a - k. Every block of this device's
+    product is computed exactly once; an added term (a bias) is sliced like the
+    product and added to each block once, so the sum over the devices is that of the
+    original (dot + term). `sum_type`: the element type the reduce_scatter sums in,
+    when wider than its operand's (each part is converted before it is added).
+    `prologues`: (dot, operand) -> elementwise ops making that operand, replayed on
+    each block of their sliced sources.
     """
     n = ring.size
     a = plan.rounds - 1                     # the last round: the device's own block
     two = plan.streams == 2
     up_start = plan.blocks.index(2) if two else a   # the up stream's first round
     sliced = [DotDims.of(dot).result_source(result_dim) for dot in dots]
-    part_type = b.with_dim(dots[0].results[0].type, result_dim, block)
-    held = 1 if assemble else 0        # carried: [product?] + (received, part) per stream
+    part_type = dots[0].results[0].type
+    held = 1 if assemble else 0        # carried: [product?] + the accumulator per chain
+    half = block // 2
+    chains = ([(+1, 0, block), (-1, 0, block)] if two else        # (direction, rows)
+              [(+1, 0, half), (+1, half, block - half)] if plan.chains == 2 else
+              [(+1, 0, block)])
 
-    def send(value, stream):
-        """Shift an accumulator along its stream's direction (a fresh channel each)."""
-        return b.collective_permute(value, ring.shift_pairs(1 if stream == 0 else -1),
+    def send(value, sign):
+        """Shift an accumulator along its chain's direction (a fresh channel each)."""
+        return b.collective_permute(value, ring.shift_pairs(sign),
                                     channels() if ring.uses_channel else None)
 
-    def parts(shifts, invariants, product):
-        """This device's share of blocks p + shift (one dot over all of them, per term),
-        and the product with those blocks written in."""
-        *values, position = invariants
-        operand_pairs, terms = values[:2 * len(dots)], values[2 * len(dots):]
-        offsets = [b.block_offset(position, step, n, block, sign, extra)
-                   for sign, step, extra in shifts]
+    prologues = prologues or {}
+    # What each dot's operand is in the invariants: the operand, or its prologue's sources.
+    layout = [[len(prologues[(i, index)].sources) if (i, index) in prologues else 1
+               for index in range(2)] for i in range(len(dots))]
+
+    def part(sign, step, extra, first, rows, invariants, product):
+        """This device's share of rows first..first+rows of block p + sign*step + extra
+        (views replayed, added terms added, in the sum's type) and the product with
+        those rows written in."""
+        *rest, position = invariants
+        offset = b.plus_rows(b.block_offset(position, step, n, block, sign, extra), first)
         whole = None
-        for dot, dot_sliced, i in zip(dots, sliced, range(0, len(operand_pairs), 2)):
-            operands = list(operand_pairs[i:i + 2])
+        for i, (dot, dot_sliced) in enumerate(zip(dots, sliced)):
+            groups = []   # per operand: the operand, or its prologue's sources
+            for count in layout[i]:
+                groups.append(rest[:count])
+                rest = rest[count:]
+            operands = [group[0] for group in groups]
             for index, operand_dim in dot_sliced:
-                operands[index] = b.concat(
-                    [b.slice_dim(operands[index], operand_dim, off, block) for off in offsets],
-                    operand_dim)
-            term = b.dot_like(dot, *operands,
-                              b.with_dim(part_type, result_dim, block * len(shifts)))
+                blocks = [b.slice_dim(v, operand_dim, offset, rows) for v in groups[index]]
+                prologue = prologues.get((i, index))
+                operands[index] = (blocks[0] if prologue is None else prologue.replay(
+                    blocks, block_type_for(operand_dim, rows)))
+            term = b.dot_like(dot, *operands, b.with_dim(part_type, result_dim, rows))
             whole = term if whole is None else b.add(whole, term)
         if product is not None:
-            for i, off in enumerate(offsets):
-                product = b.update_dim(product, b.static_slice(whole, result_dim, i * block,
-                                                               block), result_dim, off)
-        for term in terms:
-            whole = b.add(whole, b.concat([b.slice_dim(term, result_dim, off, block)
-                                           for off in offsets], result_dim))
-        # The adds that read a permute take the parts through a barrier: fused into
-        # the dot's output fusion, such an add would make the dot wait for the transfer.
-        # One block: the barrier after the views (the dot may still fuse a convert);
-        # several: on the whole product (barriers on its slices would copy them).
-        if len(shifts) == 1:
-            return b.barrier([widen(replay(views, whole))]), product
-        (whole,) = b.barrier([whole])
-        return [widen(replay(views, b.static_slice(whole, result_dim, i * block, block)))
-                for i in range(len(shifts))], product
+            product = b.update_dim(product, whole, result_dim, offset)
+        for term in rest:   # what is left: the added terms
+            whole = b.add(whole, b.slice_dim(term, result_dim, offset, rows))
+        return widen(replay(views, whole)), product
 
-    def widen(part):
-        if sum_type is None or part.type.element_type == sum_type:
-            return part
-        return stablehlo.convert(ir.RankedTensorType.get(part.type.shape, sum_type), part)
+    def widen(value):
+        if sum_type is None or value.type.element_type == sum_type:
+            return value
+        return stablehlo.convert(ir.RankedTensorType.get(value.type.shape, sum_type), value)
 
     def round_(k, carried, invariants):
-        """Send what round k-1 summed, then compute round k's parts. `carried` is
-        [product?] + [received, part] per stream; None where a stream has not
-        received yet, or not started (only in rounds before the loop)."""
-        product, state = (carried[0] if held else None), list(carried[held:])
-        for s in range(plan.streams):
-            received, part = state[2 * s:2 * s + 2]
-            if part is not None:
-                acc = part if received is None else b.add(received, part)
-                state[2 * s:2 * s + 2] = [send(acc, s), None]
+        """Chain 0 sends the sum it kept from the previous round; chain 1 adds its part
+        to what it received and sends the sum on; chain 0 adds its part to the sum
+        that just arrived and keeps it. Each transfer runs beside the next dot, and
+        both end within the round (a loop iteration ends with no transfer in flight).
+        `carried` is [product?] + per chain (chain 0's kept sum, chain 1's received
+        accumulator); None where a chain has not started (only before the loop)."""
+        product, carry = (carried[0] if held else None), list(carried[held:])
         last = isinstance(k, int) and k == a
-        if last and two:
-            shifts = [(+1, 0, 0)]             # the own block, summed with both arrivals
-        else:
-            up = two and (not isinstance(k, int) or k >= up_start)
-            shifts = [(+1, k, -a)] + ([(-1, k, a)] if up else [])
-        new, product = parts(shifts, invariants, product)
-        for s, part in enumerate(new):
-            state[2 * s + 1] = part
-        return ([product] if held else []) + state
+        arrived = None
+        if len(chains) == 2 and carry[0] is not None:
+            arrived = send(carry[0], chains[0][0])
+        immediate = len(chains) - 1
+        sign, first, rows = chains[immediate]
+        if not last and not (two and isinstance(k, int) and k < up_start):
+            value, product = part(sign, k, -a * sign, first, rows, invariants, product)
+            acc = value if carry[immediate] is None else b.add(value, carry[immediate])
+            carry[immediate] = send(acc, sign) if k != a else acc
+        elif last and not two:      # the own block's last rows: nothing to send
+            value, product = part(sign, k, -a * sign, first, rows, invariants, product)
+            carry[immediate] = b.add(value, carry[immediate])
+        if len(chains) == 2:
+            sign, first, rows = chains[0]
+            if last and two:        # the own block, with both arrivals
+                value, product = part(+1, 0, 0, 0, block, invariants, product)
+                return ([product] if held else []) + [
+                    b.add(b.add(value, arrived), carry[1]), None]
+            value, product = part(sign, k, -a * sign, first, rows, invariants, product)
+            carry[0] = value if arrived is None else b.add(value, arrived)
+        return ([product] if held else []) + carry
 
     position = b.ring_position(ring)
-    invariants = ([operand for dot in dots for operand in dot.operands] + list(addends)
-                  + [position])
+    invariants = ([value for i, dot in enumerate(dots) for index in range(2)
+                   for value in (prologues[(i, index)].sources if (i, index) in prologues
+                                 else [dot.operands[index]])] + list(addends) + [position])
     carried = (([b.buffer(dots[0].results[0].type, platform)] if held else [])
-               + [None] * 2 * plan.streams)
+               + [None] * len(chains))
     carried = b.planned_rounds(plan, carried, invariants, round_)
-    product, state = (carried[0] if held else None), carried[held:]
-    result = b.add(state[0], state[1])   # the last sum: own block (and the down arrival)
-    if two:
-        result = b.add(state[2], result)
+    product, sums = (carried[0] if held else None), carried[held:]
+    if two or len(sums) == 1:
+        return sums[0], product
+    # The halves written into one buffer (a concatenate would copy both).
+    whole = b.with_dim(ir.RankedTensorType(sums[0].type), out_dim, block)
+    result = b.buffer(whole, platform)
+    for value, (_, first, _) in zip(sums, chains):
+        result = b.update_dim(result, value, out_dim, b.scalar(first, b.index_dtype(block)))
     return result, product
