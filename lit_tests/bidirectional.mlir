@@ -507,13 +507,12 @@ module attributes {mhlo.num_partitions = 5 : i32, mhlo.num_replicas = 1 : i32} {
 // -----
 
 // Reduce_scatter, free dim of the lhs, 2 groups of 4: a = 2 rounds before the own
-// block; the down accumulator starts in round 0 (block p + 2), the up one in round
-// 1 (block p + 1), while the down one takes block p + 3. Round 1 sends round 0's
-// part down, then concatenates its two lhs blocks and multiplies them in one dot
-// (through one optimization_barrier, then sliced into the two parts). No loop
-// iteration remains. The last round adds the down accumulator to its part and
-// sends it down once more, sends the up part up, multiplies the own block p while
-// they travel, and adds both to it.
+// block. The down and up streams are the ring's two chains. Round 0: the down
+// stream's part of block p + 2, kept. Round 1: the kept part goes down; the up
+// stream's part of block p + 1 goes up at once; the down stream adds its part of
+// block p + 3 to the part that arrived and keeps the sum. No loop iteration remains.
+// The last round: the kept sum goes down, and the own block p adds both arrivals.
+// Each add reads its own round's dot (no optimization_barrier, no concatenate).
 // CHECK-LABEL: func.func @rs_free_lhs_4
 // CHECK-SAME: (%[[R4_A:.*]]: tensor<8x16xf32>, %[[R4_B:.*]]: tensor<16x8xf32>)
 // CHECK-NOT: stablehlo.while
@@ -522,31 +521,25 @@ module attributes {mhlo.num_partitions = 5 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: stablehlo.add %[[R4_POS]], %[[R4_C2]]
 // CHECK: %[[R4_S0:.*]] = stablehlo.dynamic_slice %[[R4_A]], %{{.*}}, %{{.*}}, sizes = [2, 16]
 // CHECK-NEXT: %[[R4_D0:.*]] = stablehlo.dot_general %[[R4_S0]], %[[R4_B]], {{.*}} -> tensor<2x8xf32>
-// CHECK-NEXT: %[[R4_FIRST:.*]] = stablehlo.optimization_barrier %[[R4_D0]]
-// CHECK-NEXT: %[[R4_M1:.*]] = "stablehlo.collective_permute"(%[[R4_FIRST]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[R4_M1:.*]] = "stablehlo.collective_permute"(%[[R4_D0]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[R4_C1:.*]] = stablehlo.constant dense<1> : tensor<i32>
+// CHECK-NEXT: stablehlo.add %[[R4_POS]], %[[R4_C1]]
+// CHECK: %[[R4_PU:.*]] = stablehlo.dot_general %{{.*}}, %[[R4_B]]
+// CHECK-NEXT: %[[R4_AU:.*]] = "stablehlo.collective_permute"(%[[R4_PU]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4]]> : tensor<8x2xi64>}>
 // CHECK-NEXT: %[[R4_C3:.*]] = stablehlo.constant dense<3> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[R4_POS]], %[[R4_C3]]
-// CHECK: %[[R4_C1:.*]] = stablehlo.constant dense<1> : tensor<i32>
-// CHECK-NEXT: stablehlo.add %[[R4_POS]], %[[R4_C1]]
-// CHECK: %[[R4_CAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<4x16xf32>
-// CHECK-NEXT: %[[R4_BOTH:.*]] = stablehlo.dot_general %[[R4_CAT]], %[[R4_B]], contracting_dims = [1] x [0] : (tensor<4x16xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
-// CHECK-NEXT: %[[R4_BB:.*]] = stablehlo.optimization_barrier %[[R4_BOTH]] : tensor<4x8xf32>
-// CHECK-NEXT: %[[R4_PD:.*]] = stablehlo.slice %[[R4_BB]] [0:2, 0:8]
-// CHECK-NEXT: %[[R4_PU:.*]] = stablehlo.slice %[[R4_BB]] [2:4, 0:8]
-// CHECK-NEXT: %[[R4_DOWN:.*]] = stablehlo.add %[[R4_M1]], %[[R4_PD]]
-// CHECK-NEXT: %[[R4_AD:.*]] = "stablehlo.collective_permute"(%[[R4_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
-// CHECK-NEXT: %[[R4_AU:.*]] = "stablehlo.collective_permute"(%[[R4_PU]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4]]> : tensor<8x2xi64>}>
-// CHECK: %[[R4_OWND:.*]] = stablehlo.dot_general %{{.*}}, %[[R4_B]]
-// CHECK-NEXT: %[[R4_OWN:.*]] = stablehlo.optimization_barrier %[[R4_OWND]]
-// CHECK-NEXT: %[[R4_S1:.*]] = stablehlo.add %[[R4_AD]], %[[R4_OWN]]
-// CHECK-NEXT: %[[R4_OUT:.*]] = stablehlo.add %[[R4_AU]], %[[R4_S1]]
+// CHECK: %[[R4_PD:.*]] = stablehlo.dot_general %{{.*}}, %[[R4_B]]
+// CHECK-NEXT: %[[R4_DOWN:.*]] = stablehlo.add %[[R4_PD]], %[[R4_M1]] : tensor<2x8xf32>
+// CHECK-NEXT: %[[R4_AD:.*]] = "stablehlo.collective_permute"(%[[R4_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK: %[[R4_OWN:.*]] = stablehlo.dot_general %{{.*}}, %[[R4_B]]
+// CHECK-NEXT: %[[R4_S1:.*]] = stablehlo.add %[[R4_OWN]], %[[R4_AD]]
+// CHECK-NEXT: %[[R4_OUT:.*]] = stablehlo.add %[[R4_S1]], %[[R4_AU]]
 // CHECK-NEXT: return %[[R4_OUT]] : tensor<2x8xf32>
 // CHECK-NOT: stablehlo.reduce_scatter
 // FLAG-LABEL: func.func @rs_free_lhs_4
 // FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4]]>
 // ONEWAY-LABEL: func.func @rs_free_lhs_4
 // ONEWAY-NOT: {{\[}}[0, 1], [1, 2], [2, 3], [3, 0]
-// ONEWAY-NOT: stablehlo.concatenate
 // ONEWAY: return
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @rs_free_lhs_4(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<2x8xf32> {
@@ -562,52 +555,38 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// Reduce_scatter, free dim of the rhs, one group of 8: rounds 0..2 inline (the up
-// stream starts in round 1 and first receives in round 2), the loop runs round 3
-// carrying BOTH streams' received accumulators and parts: the two permutes read the
-// two sums while one dot computes the two rhs blocks (concatenated along dim 1).
-// After the loop, the last round: the down sum goes down and the up one up, onto
-// the own block.
+// Reduce_scatter, free dim of the rhs, one group of 8 (a = 4): round 0 keeps the down
+// part; round 1 sends it down, starts the up stream (its part goes up at once) and
+// keeps the down sum; the loop runs rounds 2..3 in that order: the kept down sum goes
+// down, the up stream adds its rhs block's part to what it received and sends it up,
+// the down stream adds its part to what just arrived and keeps it. After the loop,
+// the last round: the kept sum goes down onto the own block, which adds both
+// arrivals.
 // CHECK-LABEL: func.func @rs_free_rhs_8
 // CHECK-SAME: (%[[R8_A:.*]]: tensor<8x16xf32>, %[[R8_B:.*]]: tensor<16x8xf32>)
 // CHECK: %[[R8_D0:.*]] = stablehlo.dot_general %[[R8_A]], %{{.*}} -> tensor<8x1xf32>
-// CHECK-NEXT: %[[R8_FIRST:.*]] = stablehlo.optimization_barrier %[[R8_D0]]
-// CHECK-NEXT: %[[R8_M1:.*]] = "stablehlo.collective_permute"(%[[R8_FIRST]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
-// CHECK: %[[R8_CAT1:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 1 : (tensor<16x1xf32>, tensor<16x1xf32>) -> tensor<16x2xf32>
-// CHECK-NEXT: %[[R8_BOTH1:.*]] = stablehlo.dot_general %[[R8_A]], %[[R8_CAT1]]
-// CHECK-NEXT: %[[R8_B1:.*]] = stablehlo.optimization_barrier %[[R8_BOTH1]]
-// CHECK-NEXT: %[[R8_PD1:.*]] = stablehlo.slice %[[R8_B1]] [0:8, 0:1]
-// CHECK-NEXT: %[[R8_PU1:.*]] = stablehlo.slice %[[R8_B1]] [0:8, 1:2]
-// CHECK-NEXT: %[[R8_D1:.*]] = stablehlo.add %[[R8_M1]], %[[R8_PD1]]
-// CHECK-NEXT: %[[R8_M2:.*]] = "stablehlo.collective_permute"(%[[R8_D1]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
-// CHECK-NEXT: %[[R8_U2:.*]] = "stablehlo.collective_permute"(%[[R8_PU1]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
-// CHECK: %[[R8_B2:.*]] = stablehlo.optimization_barrier %{{.*}} : tensor<8x2xf32>
-// CHECK-NEXT: %[[R8_PD2:.*]] = stablehlo.slice %[[R8_B2]] [0:8, 0:1]
-// CHECK-NEXT: %[[R8_PU2:.*]] = stablehlo.slice %[[R8_B2]] [0:8, 1:2]
-// CHECK-NEXT: %[[R8_LOOP:.*]]:8 = stablehlo.while(%[[R8_K:[^ ]+]] = %{{[^ ]+}}, %[[R8_DRECV:[^ ]+]] = %[[R8_M2]], %[[R8_DPART:[^ ]+]] = %[[R8_PD2]], %[[R8_URECV:[^ ]+]] = %[[R8_U2]], %[[R8_UPART:[^ ]+]] = %[[R8_PU2]], %[[R8_LHS:[^ ]+]] = %[[R8_A]], %[[R8_RHS:[^ ]+]] = %[[R8_B]], %{{.*}})
+// CHECK-NEXT: %[[R8_M1:.*]] = "stablehlo.collective_permute"(%[[R8_D0]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK: %[[R8_U1:.*]] = stablehlo.dot_general %[[R8_A]]
+// CHECK-NEXT: %[[R8_MU1:.*]] = "stablehlo.collective_permute"(%[[R8_U1]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK: %[[R8_P1:.*]] = stablehlo.dot_general %[[R8_A]]
+// CHECK-NEXT: %[[R8_K1:.*]] = stablehlo.add %[[R8_P1]], %[[R8_M1]] : tensor<8x1xf32>
+// CHECK: %[[R8_LOOP:.*]]:6 = stablehlo.while(%[[R8_K:[^ ]+]] = %{{[^ ]+}}, %[[R8_KEPT:[^ ]+]] = %[[R8_K1]], %[[R8_URECV:[^ ]+]] = %[[R8_MU1]], %[[R8_LHS:[^ ]+]] = %[[R8_A]], %[[R8_RHS:[^ ]+]] = %[[R8_B]], %{{.*}})
 // CHECK: cond {
 // CHECK-NEXT: stablehlo.constant dense<4> : tensor<i32>
 // CHECK: } do {
-// CHECK-NEXT: %[[R8_SD:.*]] = stablehlo.add %[[R8_DRECV]], %[[R8_DPART]]
-// CHECK-NEXT: %[[R8_MD:.*]] = "stablehlo.collective_permute"(%[[R8_SD]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
-// CHECK-NEXT: %[[R8_SU:.*]] = stablehlo.add %[[R8_URECV]], %[[R8_UPART]]
-// CHECK-NEXT: %[[R8_MU:.*]] = "stablehlo.collective_permute"(%[[R8_SU]]) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
-// CHECK: %[[R8_BD:.*]] = stablehlo.dynamic_slice %[[R8_RHS]], %{{.*}}, %{{.*}}, sizes = [16, 1]
+// CHECK-NEXT: %[[R8_AD:.*]] = "stablehlo.collective_permute"(%[[R8_KEPT]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK: %[[R8_BU:.*]] = stablehlo.dynamic_slice %[[R8_RHS]], %{{.*}}, %{{.*}}, sizes = [16, 1]
-// CHECK-NEXT: %[[R8_CAT:.*]] = stablehlo.concatenate %[[R8_BD]], %[[R8_BU]], dim = 1 : (tensor<16x1xf32>, tensor<16x1xf32>) -> tensor<16x2xf32>
-// CHECK-NEXT: %[[R8_BOTH:.*]] = stablehlo.dot_general %[[R8_LHS]], %[[R8_CAT]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x2xf32>) -> tensor<8x2xf32>
-// CHECK-NEXT: %[[R8_BB:.*]] = stablehlo.optimization_barrier %[[R8_BOTH]]
-// CHECK-NEXT: %[[R8_PD:.*]] = stablehlo.slice %[[R8_BB]] [0:8, 0:1]
-// CHECK-NEXT: %[[R8_PU:.*]] = stablehlo.slice %[[R8_BB]] [0:8, 1:2]
-// CHECK: stablehlo.return %{{.*}}, %[[R8_MD]], %[[R8_PD]], %[[R8_MU]], %[[R8_PU]], %[[R8_LHS]], %[[R8_RHS]],
-// CHECK: %[[R8_LD:.*]] = stablehlo.add %[[R8_LOOP]]#1, %[[R8_LOOP]]#2
-// CHECK-NEXT: %[[R8_AD:.*]] = "stablehlo.collective_permute"(%[[R8_LD]]) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
-// CHECK-NEXT: %[[R8_LU:.*]] = stablehlo.add %[[R8_LOOP]]#3, %[[R8_LOOP]]#4
-// CHECK-NEXT: %[[R8_AU:.*]] = "stablehlo.collective_permute"(%[[R8_LU]]) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
-// CHECK: %[[R8_OWND:.*]] = stablehlo.dot_general %[[R8_A]], %{{.*}} -> tensor<8x1xf32>
-// CHECK-NEXT: %[[R8_OWN:.*]] = stablehlo.optimization_barrier %[[R8_OWND]]
-// CHECK-NEXT: %[[R8_S1:.*]] = stablehlo.add %[[R8_AD]], %[[R8_OWN]]
-// CHECK-NEXT: %[[R8_OUT:.*]] = stablehlo.add %[[R8_AU]], %[[R8_S1]]
+// CHECK-NEXT: %[[R8_PU:.*]] = stablehlo.dot_general %[[R8_LHS]], %[[R8_BU]], contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x1xf32>) -> tensor<8x1xf32>
+// CHECK-NEXT: %[[R8_SU:.*]] = stablehlo.add %[[R8_PU]], %[[R8_URECV]]
+// CHECK-NEXT: %[[R8_MU:.*]] = "stablehlo.collective_permute"(%[[R8_SU]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK: %[[R8_BD:.*]] = stablehlo.dynamic_slice %[[R8_RHS]], %{{.*}}, %{{.*}}, sizes = [16, 1]
+// CHECK-NEXT: %[[R8_PD:.*]] = stablehlo.dot_general %[[R8_LHS]], %[[R8_BD]]
+// CHECK-NEXT: %[[R8_SD:.*]] = stablehlo.add %[[R8_PD]], %[[R8_AD]]
+// CHECK: stablehlo.return %{{.*}}, %[[R8_SD]], %[[R8_MU]], %[[R8_LHS]], %[[R8_RHS]],
+// CHECK: %[[R8_LAST:.*]] = "stablehlo.collective_permute"(%[[R8_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK: %[[R8_OWN:.*]] = stablehlo.dot_general %[[R8_A]], %{{.*}} -> tensor<8x1xf32>
+// CHECK-NEXT: %[[R8_S1:.*]] = stablehlo.add %[[R8_OWN]], %[[R8_LAST]]
+// CHECK-NEXT: %[[R8_OUT:.*]] = stablehlo.add %[[R8_S1]], %[[R8_LOOP]]#2
 // CHECK-NEXT: return %[[R8_OUT]] : tensor<8x1xf32>
 // CHECK-NOT: stablehlo.reduce_scatter
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
@@ -624,18 +603,18 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// Reduce_scatter, batch dim, strided groups of 4: both operands' two batch blocks
-// are concatenated (batch dim) for the one dot of round 1.
+// Reduce_scatter, batch dim, strided groups of 4: both operands are sliced at one
+// batch block per part; the down stream's part goes down a round late, the up
+// stream's at once.
 // CHECK-LABEL: func.func @rs_batch_4
 // CHECK-SAME: (%[[RB4_A:.*]]: tensor<4x8x16xf32>, %[[RB4_B:.*]]: tensor<4x16x8xf32>)
 // CHECK-NOT: stablehlo.while
 // CHECK: stablehlo.constant dense<[0, 0, 1, 1, 2, 2, 3, 3]> : tensor<8xi32>
+// CHECK: stablehlo.dot_general {{.*}}, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<1x8x16xf32>, tensor<1x16x8xf32>) -> tensor<1x8x8xf32>
+// CHECK-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
+// CHECK: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 2], [2, 4], [4, 6], [6, 0], [1, 3], [3, 5], [5, 7], [7, 1]]>
 // CHECK: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
-// CHECK: %[[RB4_ACAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x8x16xf32>, tensor<1x8x16xf32>) -> tensor<2x8x16xf32>
-// CHECK: %[[RB4_BCAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x16x8xf32>, tensor<1x16x8xf32>) -> tensor<2x16x8xf32>
-// CHECK-NEXT: stablehlo.dot_general %[[RB4_ACAT]], %[[RB4_BCAT]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x16xf32>, tensor<2x16x8xf32>) -> tensor<2x8x8xf32>
-// CHECK: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
-// CHECK-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 2], [2, 4], [4, 6], [6, 0], [1, 3], [3, 5], [5, 7], [7, 1]]>
+// CHECK-NOT: stablehlo.concatenate
 // CHECK: return %{{.*}} : tensor<1x8x8xf32>
 // CHECK-NOT: stablehlo.reduce_scatter
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
@@ -652,22 +631,19 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// Reduce_scatter, batch dim, one group of 8: the loop carries both streams' received
-// accumulators and parts, and slices both operands twice per round.
+// Reduce_scatter, batch dim, one group of 8: the loop carries the kept down sum and
+// the received up accumulator, and slices both operands twice per round.
 // CHECK-LABEL: func.func @rs_batch_8
-// CHECK: %[[RB8_LOOP:.*]]:8 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[RB8_DRECV:[^ ]+]] = %{{[^ ]+}}, %[[RB8_DPART:[^ ]+]] = %{{[^ ]+}}, %[[RB8_URECV:[^ ]+]] = %{{[^ ]+}}, %[[RB8_UPART:[^ ]+]] = %{{[^ ]+}}, %[[RB8_LHS:[^ ]+]] = %arg0, %[[RB8_RHS:[^ ]+]] = %arg1,
+// CHECK: %[[RB8_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[RB8_KEPT:[^ ]+]] = %{{[^ ]+}}, %[[RB8_URECV:[^ ]+]] = %{{[^ ]+}}, %[[RB8_LHS:[^ ]+]] = %arg0, %[[RB8_RHS:[^ ]+]] = %arg1,
 // CHECK: } do {
-// CHECK-NEXT: %[[RB8_SD:.*]] = stablehlo.add %[[RB8_DRECV]], %[[RB8_DPART]]
-// CHECK-NEXT: "stablehlo.collective_permute"(%[[RB8_SD]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
-// CHECK-NEXT: %[[RB8_SU:.*]] = stablehlo.add %[[RB8_URECV]], %[[RB8_UPART]]
+// CHECK-NEXT: %[[RB8_AD:.*]] = "stablehlo.collective_permute"(%[[RB8_KEPT]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
+// CHECK: %[[RB8_PU:.*]] = stablehlo.dot_general {{.*}} -> tensor<1x8x8xf32>
+// CHECK-NEXT: %[[RB8_SU:.*]] = stablehlo.add %[[RB8_PU]], %[[RB8_URECV]]
 // CHECK-NEXT: "stablehlo.collective_permute"(%[[RB8_SU]]) {{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]>
-// CHECK: stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x8x16xf32>, tensor<1x8x16xf32>) -> tensor<2x8x16xf32>
-// CHECK: stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x16x8xf32>, tensor<1x16x8xf32>) -> tensor<2x16x8xf32>
+// CHECK: %[[RB8_PD:.*]] = stablehlo.dot_general {{.*}} -> tensor<1x8x8xf32>
+// CHECK-NEXT: stablehlo.add %[[RB8_PD]], %[[RB8_AD]]
 // CHECK: stablehlo.return
-// CHECK: %[[RB8_LD:.*]] = stablehlo.add %[[RB8_LOOP]]#1, %[[RB8_LOOP]]#2
-// CHECK-NEXT: "stablehlo.collective_permute"(%[[RB8_LD]])
-// CHECK-NEXT: %[[RB8_LU:.*]] = stablehlo.add %[[RB8_LOOP]]#3, %[[RB8_LOOP]]#4
-// CHECK-NEXT: "stablehlo.collective_permute"(%[[RB8_LU]])
+// CHECK: "stablehlo.collective_permute"(%[[RB8_LOOP]]#1)
 // CHECK: return %{{.*}} : tensor<1x8x8xf32>
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @rs_batch_8(%arg0: tensor<8x8x16xf32>, %arg1: tensor<8x16x8xf32>) -> tensor<1x8x8xf32> {
@@ -683,10 +659,12 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// Reduce_scatter over groups of 2: one stream only (one permute, no concatenate).
+// Reduce_scatter over groups of 2: one stream only (two chains, the halves of each
+// block, moving the same way; no concatenate).
 // CHECK-LABEL: func.func @rs_pairs
 // CHECK-NOT: stablehlo.concatenate
 // CHECK: "stablehlo.collective_permute"(%{{.*}}) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 0], [2, 3], [3, 2], [4, 5], [5, 4], [6, 7], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK: "stablehlo.collective_permute"(%{{.*}}) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 0], [2, 3], [3, 2], [4, 5], [5, 4], [6, 7], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK-NOT: stablehlo.concatenate
 // CHECK: return
@@ -704,22 +682,18 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// Reduce_scatter over an odd group (3 of 6): both accumulators start in round 0
-// (down: block p + 2, up: block p + 1, one dot over both blocks); each is shifted
-// once, in its own direction, onto the own block.
+// Reduce_scatter over an odd group (3 of 6): both streams start in round 0 (up:
+// block p + 1, sent at once; down: block p + 2, kept); the last round sends the kept
+// down part and adds both arrivals to the own block.
 // CHECK-LABEL: func.func @rs_odd
 // CHECK-NOT: stablehlo.while
-// CHECK: %[[RO_CAT:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<4x16xf32>
-// CHECK-NEXT: %[[RO_BOTH:.*]] = stablehlo.dot_general %[[RO_CAT]], %arg1
-// CHECK-NEXT: %[[RO_BB:.*]] = stablehlo.optimization_barrier %[[RO_BOTH]]
-// CHECK-NEXT: %[[RO_PD:.*]] = stablehlo.slice %[[RO_BB]] [0:2, 0:8]
-// CHECK-NEXT: %[[RO_PU:.*]] = stablehlo.slice %[[RO_BB]] [2:4, 0:8]
-// CHECK-NEXT: %[[RO_AD:.*]] = "stablehlo.collective_permute"(%[[RO_PD]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 2], [1, 0], [2, 1], [3, 5], [4, 3], [5, 4]]> : tensor<6x2xi64>}>
-// CHECK-NEXT: %[[RO_AU:.*]] = "stablehlo.collective_permute"(%[[RO_PU]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 0], [3, 4], [4, 5], [5, 3]]> : tensor<6x2xi64>}>
-// CHECK: %[[RO_OWND:.*]] = stablehlo.dot_general
-// CHECK-NEXT: %[[RO_OWN:.*]] = stablehlo.optimization_barrier %[[RO_OWND]]
-// CHECK-NEXT: %[[RO_S1:.*]] = stablehlo.add %[[RO_AD]], %[[RO_OWN]]
-// CHECK-NEXT: %[[RO_OUT:.*]] = stablehlo.add %[[RO_AU]], %[[RO_S1]]
+// CHECK: %[[RO_PU:.*]] = stablehlo.dot_general
+// CHECK-NEXT: %[[RO_AU:.*]] = "stablehlo.collective_permute"(%[[RO_PU]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 0], [3, 4], [4, 5], [5, 3]]> : tensor<6x2xi64>}>
+// CHECK: %[[RO_PD:.*]] = stablehlo.dot_general
+// CHECK-NEXT: %[[RO_AD:.*]] = "stablehlo.collective_permute"(%[[RO_PD]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 2], [1, 0], [2, 1], [3, 5], [4, 3], [5, 4]]> : tensor<6x2xi64>}>
+// CHECK: %[[RO_OWN:.*]] = stablehlo.dot_general
+// CHECK-NEXT: %[[RO_S1:.*]] = stablehlo.add %[[RO_OWN]], %[[RO_AD]]
+// CHECK-NEXT: %[[RO_OUT:.*]] = stablehlo.add %[[RO_S1]], %[[RO_AU]]
 // CHECK-NEXT: return %[[RO_OUT]] : tensor<2x8xf32>
 module attributes {mhlo.num_partitions = 6 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @rs_odd(%arg0: tensor<6x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<2x8xf32> {

@@ -4,28 +4,32 @@
 // A dot between an all_gather and a reduce_scatter (FSDP x TP: the weight gathered
 // over groups of 4 along its contracting dim, the product scattered over groups of 2
 // along the weight's free dim) gets both rings. The scatter's ring comes first: its
-// partial dots read the gathered weight sliced along its free dim. Then the gather's
-// ring is built before the scatter ring's first partial dot, its consumer (through
-// the dynamic_slice, replayed on each shard), and assembles the gathered weight as it
-// goes (its last round in the loop too: the sum stays in the loop's buffer); the
-// scatter ring's second (last) round reads that buffer. No collective is left.
+// partial dots read the gathered weight sliced along its free dim (4 columns a chain).
+// Then the gather's ring is built before the scatter ring's first partial dot, its
+// consumer (through the dynamic_slice, replayed on each shard), and assembles the
+// gathered weight as it goes (its last round in the loop too: the sum stays in the
+// loop's buffer); the scatter ring's other dots read that buffer. No collective is
+// left.
 // CHECK-LABEL: func.func @gather_dot_scatter
 // CHECK-NOT: stablehlo.all_gather
 // CHECK-NOT: stablehlo.reduce_scatter
-// CHECK: "stablehlo.collective_permute"(%arg1) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
+// CHECK: "stablehlo.collective_permute"(%arg1) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 6], [2, 0], [4, 2], [6, 4], [1, 7], [3, 1], [5, 3], [7, 5]]>
 // CHECK: %[[GDS_AG:.*]]:8 = stablehlo.while
 // CHECK: } do {
-// CHECK: stablehlo.dynamic_slice %iterArg{{[_0-9]*}}, %{{[^ ]+}}, %{{[^ ]+}}, sizes = [4, 8] : (tensor<4x16xf32>, tensor<i32>, tensor<i32>) -> tensor<4x8xf32>
+// CHECK: stablehlo.dynamic_slice %iterArg{{[_0-9]*}}, %{{[^ ]+}}, %{{[^ ]+}}, sizes = [4, 4] : (tensor<4x16xf32>, tensor<i32>, tensor<i32>) -> tensor<4x4xf32>
 // CHECK: stablehlo.dynamic_update_slice %iterArg{{[_0-9]*}}, %iterArg{{[_0-9]*}}, %{{[^ ]+}}, %{{[^ ]+}} : (tensor<16x16xf32>, tensor<4x16xf32>, tensor<i32>, tensor<i32>) -> tensor<16x16xf32>
-// CHECK: %[[GDS_P0:.*]] = stablehlo.optimization_barrier %[[GDS_AG]]#2
-// CHECK-NEXT: %[[GDS_M:.*]] = "stablehlo.collective_permute"(%[[GDS_P0]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 0], [2, 3], [3, 2], [4, 5], [5, 4], [6, 7], [7, 6]]>
-// CHECK: stablehlo.dynamic_slice %[[GDS_AG]]#3, %{{[^ ]+}}, %{{[^ ]+}}, sizes = [16, 8]
-// CHECK: %[[GDS_OWN:.*]] = stablehlo.optimization_barrier
-// CHECK-NEXT: %[[GDS_OUT:.*]] = stablehlo.add %[[GDS_M]], %[[GDS_OWN]]
+// CHECK: %[[GDS_M:.*]] = "stablehlo.collective_permute"(%[[GDS_AG]]#2) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 0], [2, 3], [3, 2], [4, 5], [5, 4], [6, 7], [7, 6]]>
+// CHECK: stablehlo.dynamic_slice %[[GDS_AG]]#3, %{{[^ ]+}}, %{{[^ ]+}}, sizes = [16, 4]
+// CHECK-NEXT: %[[GDS_K:.*]] = stablehlo.dot_general
+// CHECK-NEXT: %[[GDS_A:.*]] = "stablehlo.collective_permute"(%[[GDS_K]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>
+// CHECK: %[[GDS_H1:.*]] = stablehlo.add %{{[^ ]+}}, %[[GDS_M]]
+// CHECK: %[[GDS_H0:.*]] = stablehlo.add %{{[^ ]+}}, %[[GDS_A]]
+// CHECK-NEXT: %[[GDS_W:.*]] = stablehlo.dynamic_update_slice %{{[^ ]+}}, %[[GDS_H0]]
+// CHECK-NEXT: %[[GDS_OUT:.*]] = stablehlo.dynamic_update_slice %[[GDS_W]], %[[GDS_H1]]
 // CHECK-NEXT: return %[[GDS_OUT]]
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @gather_dot_scatter(%x: tensor<8x16xf32>, %w: tensor<4x16xf32>) -> tensor<8x8xf32> {
-    // REMARK: combined-sites.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (contracting dim through stablehlo.dynamic_slice), tensor<16x16xf32> gathered over groups of 4; its dot is decomposed inside the reduce_scatter ring at {{.*}}combined-sites.mlir:[[# @LINE + 4]]:10; the ring assembles the gathered tensor for 1 other reader(s), 1 of them dot(s) with no ring of their own;
+    // REMARK: combined-sites.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (contracting dim through stablehlo.dynamic_slice), tensor<16x16xf32> gathered over groups of 4; its dot is decomposed inside the reduce_scatter ring at {{.*}}combined-sites.mlir:[[# @LINE + 4]]:10; the ring assembles the gathered tensor for 3 other reader(s), 3 of them dot(s) with no ring of their own;
     %0 = "stablehlo.all_gather"(%w) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 2, 4, 6], [1, 3, 5, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<4x16xf32>) -> tensor<16x16xf32>
     %1 = stablehlo.dot_general %x, %0, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>
     // REMARK: combined-sites.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8x16xf32> scattered on dim 1 (free dim of operand 1) over groups of 2; the dot reads an all_gather whose ring runs inside;
@@ -40,22 +44,21 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// A bias added between the dot and the reduce_scatter: each round adds this
-// device's block of the bias to its partial product before the accumulator takes
-// it, so every device adds its own bias block exactly once, as in the original sum.
+// A bias added between the dot and the reduce_scatter: each part adds this device's
+// rows of the bias before the accumulator takes it, so every device adds its own bias
+// block exactly once, as in the original sum.
 // CHECK-LABEL: func.func @bias
 // CHECK: %[[BI_B:.*]] = stablehlo.broadcast_in_dim %arg2
 // CHECK: %[[BI_P0:.*]] = stablehlo.dot_general
-// CHECK: %[[BI_S0:.*]] = stablehlo.dynamic_slice %[[BI_B]], %{{[^ ]+}}, %{{[^ ]+}}, sizes = [2, 8]
-// CHECK: %[[BI_A0:.*]] = stablehlo.add %[[BI_P0]], %[[BI_S0]] : tensor<2x8xf32>
-// CHECK-NEXT: %[[BI_Q0:.*]] = stablehlo.optimization_barrier %[[BI_A0]]
-// CHECK-NEXT: "stablehlo.collective_permute"(%[[BI_Q0]])
-// CHECK: stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %{{[^ ]+}} = %{{[^ ]+}}, %{{[^ ]+}} = %{{[^ ]+}}, %{{[^ ]+}} = %arg0, %{{[^ ]+}} = %arg1, %[[BI_BB:[^ ]+]] = %[[BI_B]],
+// CHECK-NEXT: %[[BI_S0:.*]] = stablehlo.dynamic_slice %[[BI_B]], %{{[^ ]+}}, %{{[^ ]+}}, sizes = [1, 8]
+// CHECK-NEXT: %[[BI_A0:.*]] = stablehlo.add %[[BI_P0]], %[[BI_S0]] : tensor<1x8xf32>
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[BI_A0]])
+// CHECK: stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %{{[^ ]+}} = %{{[^ ]+}}, %[[BI_RECV:[^ ]+]] = %{{[^ ]+}}, %{{[^ ]+}} = %arg0, %{{[^ ]+}} = %arg1, %[[BI_BB:[^ ]+]] = %[[BI_B]],
 // CHECK: } do {
 // CHECK: %[[BI_P:.*]] = stablehlo.dot_general
-// CHECK: %[[BI_S:.*]] = stablehlo.dynamic_slice %[[BI_BB]]
-// CHECK: %[[BI_A:.*]] = stablehlo.add %[[BI_P]], %[[BI_S]] : tensor<2x8xf32>
-// CHECK-NEXT: stablehlo.optimization_barrier %[[BI_A]]
+// CHECK-NEXT: %[[BI_S:.*]] = stablehlo.dynamic_slice %[[BI_BB]]
+// CHECK-NEXT: %[[BI_A:.*]] = stablehlo.add %[[BI_P]], %[[BI_S]] : tensor<1x8xf32>
+// CHECK-NEXT: stablehlo.add %[[BI_A]], %[[BI_RECV]] : tensor<1x8xf32>
 // CHECK-NOT: stablehlo.reduce_scatter
 module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @bias(%x: tensor<8x16xf32>, %w: tensor<16x8xf32>, %b: tensor<8xf32>) -> tensor<2x8xf32> {

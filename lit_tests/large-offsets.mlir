@@ -33,11 +33,14 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // -----
 
 // A block of 3e9 rows (itself beyond int32) scattered over 2 devices: the operand is
-// sliced at i64 offsets, the block size an i64 constant.
+// sliced at i64 offsets (the block size an i64 constant), its halves (one a chain) at
+// the block's offset and 1.5e9 rows after it.
 // CHECK-LABEL: func.func @scatter_3e9_row_block
 // CHECK: %[[S_BLOCK:.*]] = stablehlo.constant dense<3000000000> : tensor<i64>
 // CHECK: %[[S_OFF:.*]] = stablehlo.multiply %{{[^ ]+}}, %[[S_BLOCK]] : tensor<i64>
-// CHECK: stablehlo.dynamic_slice %{{[^ ]+}}, %[[S_OFF]], %{{[^ ]+}}, sizes = [3000000000, 4] : (tensor<6000000000x4xf32>, tensor<i64>, tensor<i64>) -> tensor<3000000000x4xf32>
+// CHECK: %[[S_HALF:.*]] = stablehlo.constant dense<1500000000> : tensor<i64>
+// CHECK-NEXT: %[[S_ROWS:.*]] = stablehlo.add %[[S_OFF]], %[[S_HALF]] : tensor<i64>
+// CHECK: stablehlo.dynamic_slice %{{[^ ]+}}, %[[S_ROWS]], %{{[^ ]+}}, sizes = [1500000000, 4] : (tensor<6000000000x4xf32>, tensor<i64>, tensor<i64>) -> tensor<1500000000x4xf32>
 // CHECK-NOT: stablehlo.reduce_scatter
 // CHECK: return
 module attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {

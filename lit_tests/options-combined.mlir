@@ -153,52 +153,39 @@ module attributes {mhlo.num_partitions = 10 : i32, mhlo.num_replicas = 1 : i32} 
 
 // -----
 
-// Reduce_scatter over one group of 10 (5 rounds down, 4 up, then the own block):
-// rounds 0..2 inline (the up accumulator starts in round 1, and round 2 is the first
-// to add a received accumulator of each stream), rounds 3 and 4 form one loop
-// iteration (stop 5, step 2): each round adds both received accumulators to the
-// previous round's parts, shifts the down sum down and the up one up, then
-// multiplies its two lhs blocks in one dot (through one optimization_barrier) and
-// slices it into the next parts; round 4 shifts what round 3 summed. Then the last
-// round: both streams' last shifts, the own block, and the two sums.
+// Reduce_scatter over one group of 10 (5 rounds down, 4 up, then the own block): the
+// down and up streams are the ring's two chains, one round per loop iteration (unroll
+// applies to all_gather rings). Round 0: the down stream's first part, kept. Round 1:
+// the kept part goes down, the up stream starts (its part goes up at once), and the
+// down stream adds its part to the sum that arrived and keeps it. Rounds 2..4 run in
+// the loop (stop 5) in that order; each add reads its own round's dot. The last
+// round: the kept sum goes down, and the own block adds both arrivals.
 // CHECK-LABEL: func.func @scatter
 // CHECK-SAME: (%[[S_A:.*]]: tensor<10x16xf32>, %[[S_B:.*]]: tensor<16x8xf32>)
-// CHECK: %[[S_LOOP:.*]]:8 = stablehlo.while(%[[S_K:[^ ]+]] = %{{[^ ]+}}, %[[S_DRECV:[^ ]+]] = %{{[^ ]+}}, %[[S_DPART:[^ ]+]] = %{{[^ ]+}}, %[[S_URECV:[^ ]+]] = %{{[^ ]+}}, %[[S_UPART:[^ ]+]] = %{{[^ ]+}}, %[[S_LHS:[^ ]+]] = %[[S_A]], %[[S_RHS:[^ ]+]] = %[[S_B]], %{{.*}})
+// CHECK: %[[S_D0:.*]] = stablehlo.dot_general %{{[^ ]+}}, %[[S_B]]
+// CHECK-NEXT: %[[S_A1:.*]] = "stablehlo.collective_permute"(%[[S_D0]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 9], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8]]> : tensor<10x2xi64>}>
+// CHECK: %[[S_U0:.*]] = stablehlo.dot_general
+// CHECK-NEXT: %[[S_MU0:.*]] = "stablehlo.collective_permute"(%[[S_U0]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 0]]> : tensor<10x2xi64>}>
+// CHECK: %[[S_D1:.*]] = stablehlo.dot_general
+// CHECK-NEXT: %[[S_K1:.*]] = stablehlo.add %[[S_D1]], %[[S_A1]] : tensor<1x8xf32>
+// CHECK: %[[S_LOOP:.*]]:6 = stablehlo.while(%[[S_K:[^ ]+]] = %{{[^ ]+}}, %[[S_KEPT:[^ ]+]] = %[[S_K1]], %[[S_URECV:[^ ]+]] = %[[S_MU0]], %[[S_LHS:[^ ]+]] = %[[S_A]], %[[S_RHS:[^ ]+]] = %[[S_B]], %{{.*}})
 // CHECK: cond {
 // CHECK-NEXT: stablehlo.constant dense<5> : tensor<i32>
 // CHECK: } do {
-// CHECK-NEXT: %[[S_D1:.*]] = stablehlo.add %[[S_DRECV]], %[[S_DPART]]
-// CHECK-NEXT: %[[S_MD1:.*]] = "stablehlo.collective_permute"(%[[S_D1]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 9], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8]]> : tensor<10x2xi64>}>
-// CHECK-NEXT: %[[S_U1:.*]] = stablehlo.add %[[S_URECV]], %[[S_UPART]]
-// CHECK-NEXT: %[[S_MU1:.*]] = "stablehlo.collective_permute"(%[[S_U1]]) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 0]]> : tensor<10x2xi64>}>
-// CHECK: %[[S_CAT1:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
-// CHECK-NEXT: %[[S_P1:.*]] = stablehlo.dot_general %[[S_CAT1]], %[[S_RHS]]
-// CHECK-NEXT: %[[S_B1:.*]] = stablehlo.optimization_barrier %[[S_P1]]
-// CHECK-NEXT: %[[S_PD1:.*]] = stablehlo.slice %[[S_B1]] [0:1, 0:8]
-// CHECK-NEXT: %[[S_PU1:.*]] = stablehlo.slice %[[S_B1]] [1:2, 0:8]
-// CHECK-NEXT: %[[S_K1:.*]] = stablehlo.add %[[S_K]], %{{[^ ]+}}
-// CHECK-NEXT: %[[S_D2:.*]] = stablehlo.add %[[S_MD1]], %[[S_PD1]]
-// CHECK-NEXT: %[[S_MD2:.*]] = "stablehlo.collective_permute"(%[[S_D2]]) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>
-// CHECK-NEXT: %[[S_U2:.*]] = stablehlo.add %[[S_MU1]], %[[S_PU1]]
-// CHECK-NEXT: %[[S_MU2:.*]] = "stablehlo.collective_permute"(%[[S_U2]]) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>
-// CHECK: %[[S_CAT2:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<2x16xf32>
-// CHECK-NEXT: %[[S_P2:.*]] = stablehlo.dot_general %[[S_CAT2]], %[[S_RHS]]
-// CHECK-NEXT: %[[S_B2:.*]] = stablehlo.optimization_barrier %[[S_P2]]
-// CHECK-NEXT: %[[S_PD2:.*]] = stablehlo.slice %[[S_B2]] [0:1, 0:8]
-// CHECK-NEXT: %[[S_PU2:.*]] = stablehlo.slice %[[S_B2]] [1:2, 0:8]
-// CHECK-NEXT: %[[S_STEP:.*]] = stablehlo.constant dense<2> : tensor<i32>
-// CHECK-NEXT: %[[S_NEXT:.*]] = stablehlo.add %[[S_K]], %[[S_STEP]]
-// CHECK-NEXT: stablehlo.return %[[S_NEXT]], %[[S_MD2]], %[[S_PD2]], %[[S_MU2]], %[[S_PU2]], %[[S_LHS]], %[[S_RHS]],
+// CHECK-NEXT: %[[S_AD:.*]] = "stablehlo.collective_permute"(%[[S_KEPT]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 9], [1, 0]
+// CHECK: %[[S_PU:.*]] = stablehlo.dot_general %{{[^ ]+}}, %[[S_RHS]]
+// CHECK-NEXT: %[[S_U:.*]] = stablehlo.add %[[S_PU]], %[[S_URECV]] : tensor<1x8xf32>
+// CHECK-NEXT: %[[S_MU:.*]] = "stablehlo.collective_permute"(%[[S_U]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2]
+// CHECK: %[[S_PD:.*]] = stablehlo.dot_general %{{[^ ]+}}, %[[S_RHS]]
+// CHECK-NEXT: %[[S_D:.*]] = stablehlo.add %[[S_PD]], %[[S_AD]] : tensor<1x8xf32>
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: stablehlo.return %{{[^ ]+}}, %[[S_D]], %[[S_MU]], %[[S_LHS]], %[[S_RHS]],
 // CHECK-NEXT: }
-// CHECK-NEXT: %[[S_DL:.*]] = stablehlo.add %[[S_LOOP]]#1, %[[S_LOOP]]#2
-// CHECK-NEXT: %[[S_AD:.*]] = "stablehlo.collective_permute"(%[[S_DL]]) <{channel_handle = #stablehlo.channel_handle<handle = 9, type = 1>
-// CHECK-NEXT: %[[S_UL:.*]] = stablehlo.add %[[S_LOOP]]#3, %[[S_LOOP]]#4
-// CHECK-NEXT: %[[S_AU:.*]] = "stablehlo.collective_permute"(%[[S_UL]]) <{channel_handle = #stablehlo.channel_handle<handle = 10, type = 1>
+// CHECK-NEXT: %[[S_LAST:.*]] = "stablehlo.collective_permute"(%[[S_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>
 // CHECK-NOT: stablehlo.concatenate
-// CHECK: %[[S_OWND:.*]] = stablehlo.dot_general
-// CHECK-NEXT: %[[S_OWN:.*]] = stablehlo.optimization_barrier %[[S_OWND]]
-// CHECK-NEXT: %[[S_SUM:.*]] = stablehlo.add %[[S_AD]], %[[S_OWN]]
-// CHECK-NEXT: %[[S_OUT:.*]] = stablehlo.add %[[S_AU]], %[[S_SUM]]
+// CHECK: %[[S_OWN:.*]] = stablehlo.dot_general
+// CHECK-NEXT: %[[S_SUM:.*]] = stablehlo.add %[[S_OWN]], %[[S_LAST]]
+// CHECK-NEXT: %[[S_OUT:.*]] = stablehlo.add %[[S_SUM]], %[[S_LOOP]]#2
 // CHECK-NEXT: return %[[S_OUT]] : tensor<1x8xf32>
 // CHECK-NOT: stablehlo.reduce_scatter
 // FLAG-LABEL: func.func @scatter
@@ -206,10 +193,8 @@ module attributes {mhlo.num_partitions = 10 : i32, mhlo.num_replicas = 1 : i32} 
 // FLAG: } do {
 // FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 9], [1, 0]
 // FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2]
-// FLAG: stablehlo.concatenate
-// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 9], [1, 0]
-// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2]
-// FLAG: stablehlo.concatenate
+// FLAG-NOT: stablehlo.concatenate
+// FLAG-NOT: "stablehlo.collective_permute"
 // FLAG: stablehlo.return
 module attributes {mhlo.num_partitions = 10 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @scatter(%arg0: tensor<10x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<1x8xf32> {

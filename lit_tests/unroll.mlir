@@ -123,103 +123,64 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// Reduce_scatter over one group of 8: rounds 0 (no permute) and 1 before the loop,
-// rounds 2..7 (the own block's included) are the loop's, and the received
-// accumulator and the last part are added after it. Each round adds the received
-// accumulator to the previous round's part, permutes the sum, then computes its own
-// part (through an optimization_barrier), so inside an iteration each round's
-// permute reads the sum of the round before.
-// unroll=2 / 3: three / two iterations (stop at 8), the induction variable steps by
-//   2 / 3.
-// unroll=4: one iteration of four rounds (stop at 6), rounds 6 and 7 inline after
-//   the loop, each with its permute, then the last add.
+// Reduce_scatter over one group of 8 with blocks of one row: one chain, which adds
+// its part to the accumulator it received and sends the sum on. unroll applies to
+// all_gather rings only: every setting runs one round per iteration (round 0 before
+// the loop, rounds 1..6 in it, the own block's round after it).
 // U2-LABEL: func.func @rs8
-// U2: %[[U2R_LOOP:.*]]:6 = stablehlo.while(%[[U2R_K:[^ ]+]] = %{{[^ ]+}}, %[[U2R_RECV:[^ ]+]] = %{{[^ ]+}}, %[[U2R_PART:[^ ]+]] = %{{[^ ]+}},
+// U2: %[[U2R_D0:.*]] = stablehlo.dot_general
+// U2-NEXT: %[[U2R_R0:.*]] = "stablehlo.collective_permute"(%[[U2R_D0]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>
+// U2: %[[U2R_LOOP:.*]]:5 = stablehlo.while(%[[U2R_K:[^ ]+]] = %{{[^ ]+}}, %[[U2R_RECV:[^ ]+]] = %[[U2R_R0]],
 // U2: cond {
-// U2-NEXT: stablehlo.constant dense<8> : tensor<i32>
+// U2-NEXT: stablehlo.constant dense<7> : tensor<i32>
 // U2: } do {
-// U2-NEXT: %[[U2R_S1:.*]] = stablehlo.add %[[U2R_RECV]], %[[U2R_PART]]
-// U2-NEXT: %[[U2R_M1:.*]] = "stablehlo.collective_permute"(%[[U2R_S1]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
-// U2: %[[U2R_D1:.*]] = stablehlo.dot_general
-// U2-NEXT: %[[U2R_P1:.*]] = stablehlo.optimization_barrier %[[U2R_D1]]
-// U2: %[[U2R_S2:.*]] = stablehlo.add %[[U2R_M1]], %[[U2R_P1]]
-// U2-NEXT: %[[U2R_M2:.*]] = "stablehlo.collective_permute"(%[[U2R_S2]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>
-// U2: %[[U2R_D2:.*]] = stablehlo.dot_general
-// U2-NEXT: %[[U2R_P2:.*]] = stablehlo.optimization_barrier %[[U2R_D2]]
-// U2-NEXT: %[[U2R_STEP:.*]] = stablehlo.constant dense<2> : tensor<i32>
-// U2-NEXT: %[[U2R_NEXT:.*]] = stablehlo.add %[[U2R_K]], %[[U2R_STEP]]
-// U2-NEXT: stablehlo.return %[[U2R_NEXT]], %[[U2R_M2]], %[[U2R_P2]],
-// U2-NEXT: }
-// U2-NOT: stablehlo.collective_permute
-// U2: %[[U2R_OUT:.*]] = stablehlo.add %[[U2R_LOOP]]#1, %[[U2R_LOOP]]#2
+// U2: %[[U2R_D:.*]] = stablehlo.dot_general
+// U2-NEXT: %[[U2R_S:.*]] = stablehlo.add %[[U2R_D]], %[[U2R_RECV]]
+// U2-NEXT: %[[U2R_M:.*]] = "stablehlo.collective_permute"(%[[U2R_S]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
+// U2-NOT: "stablehlo.collective_permute"
+// U2: %[[U2R_NEXT:.*]] = stablehlo.add %[[U2R_K]], %{{[^ ]+}} : tensor<i32>
+// U2-NEXT: stablehlo.return %[[U2R_NEXT]], %[[U2R_M]],
+// U2: %[[U2R_OWN:.*]] = stablehlo.dot_general
+// U2-NEXT: %[[U2R_OUT:.*]] = stablehlo.add %[[U2R_OWN]], %[[U2R_LOOP]]#1
 // U2-NEXT: return %[[U2R_OUT]]
 // U3-LABEL: func.func @rs8
-// U3-SAME: (%[[U3R_A:.*]]: tensor<8x16xf32>, %[[U3R_B:.*]]: tensor<16x8xf32>)
 // U3: %[[U3R_D0:.*]] = stablehlo.dot_general
-// U3-NEXT: %[[U3R_P0:.*]] = stablehlo.optimization_barrier %[[U3R_D0]]
-// U3-NEXT: %[[U3R_R1:.*]] = "stablehlo.collective_permute"(%[[U3R_P0]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
-// U3: %[[U3R_D1:.*]] = stablehlo.dot_general
-// U3-NEXT: %[[U3R_P1:.*]] = stablehlo.optimization_barrier %[[U3R_D1]]
-// U3-NEXT: %[[U3R_LOOP:.*]]:6 = stablehlo.while(%[[U3R_K:[^ ]+]] = %{{[^ ]+}}, %[[U3R_RECV:[^ ]+]] = %[[U3R_R1]], %[[U3R_PART:[^ ]+]] = %[[U3R_P1]], %[[U3R_LHS:[^ ]+]] = %[[U3R_A]], %[[U3R_RHS:[^ ]+]] = %[[U3R_B]], %[[U3R_P:[^ ]+]] = %{{[^ ]+}})
+// U3-NEXT: %[[U3R_R0:.*]] = "stablehlo.collective_permute"(%[[U3R_D0]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>
+// U3: %[[U3R_LOOP:.*]]:5 = stablehlo.while(%[[U3R_K:[^ ]+]] = %{{[^ ]+}}, %[[U3R_RECV:[^ ]+]] = %[[U3R_R0]],
 // U3: cond {
-// U3-NEXT: stablehlo.constant dense<8> : tensor<i32>
+// U3-NEXT: stablehlo.constant dense<7> : tensor<i32>
 // U3: } do {
-// U3-NEXT: %[[U3R_S1:.*]] = stablehlo.add %[[U3R_RECV]], %[[U3R_PART]]
-// U3-NEXT: %[[U3R_M1:.*]] = "stablehlo.collective_permute"(%[[U3R_S1]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
-// U3-NEXT: %[[U3R_J1:.*]] = stablehlo.add %[[U3R_P]], %[[U3R_K]]
-// U3: %[[U3R_D2:.*]] = stablehlo.dot_general %{{.*}}, %[[U3R_RHS]]
-// U3-NEXT: %[[U3R_P2:.*]] = stablehlo.optimization_barrier %[[U3R_D2]]
-// U3-NEXT: %[[U3R_K1:.*]] = stablehlo.add %[[U3R_K]], %{{[^ ]+}}
-// U3-NEXT: %[[U3R_S2:.*]] = stablehlo.add %[[U3R_M1]], %[[U3R_P2]]
-// U3-NEXT: %[[U3R_M2:.*]] = "stablehlo.collective_permute"(%[[U3R_S2]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>
-// U3-NEXT: %[[U3R_J2:.*]] = stablehlo.add %[[U3R_P]], %[[U3R_K1]]
-// U3: %[[U3R_D3:.*]] = stablehlo.dot_general %{{.*}}, %[[U3R_RHS]]
-// U3-NEXT: %[[U3R_P3:.*]] = stablehlo.optimization_barrier %[[U3R_D3]]
-// U3: %[[U3R_K2:.*]] = stablehlo.add %[[U3R_K]], %{{[^ ]+}}
-// U3-NEXT: %[[U3R_S3:.*]] = stablehlo.add %[[U3R_M2]], %[[U3R_P3]]
-// U3-NEXT: %[[U3R_M3:.*]] = "stablehlo.collective_permute"(%[[U3R_S3]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>
-// U3-NEXT: %[[U3R_J3:.*]] = stablehlo.add %[[U3R_P]], %[[U3R_K2]]
-// U3: %[[U3R_D4:.*]] = stablehlo.dot_general %{{.*}}, %[[U3R_RHS]]
-// U3-NEXT: %[[U3R_P4:.*]] = stablehlo.optimization_barrier %[[U3R_D4]]
-// U3-NEXT: %[[U3R_STEP:.*]] = stablehlo.constant dense<3> : tensor<i32>
-// U3-NEXT: %[[U3R_NEXT:.*]] = stablehlo.add %[[U3R_K]], %[[U3R_STEP]]
-// U3-NEXT: stablehlo.return %[[U3R_NEXT]], %[[U3R_M3]], %[[U3R_P4]], %[[U3R_LHS]], %[[U3R_RHS]], %[[U3R_P]] :
-// U3-NEXT: }
-// U3-NEXT: %[[U3R_OUT:.*]] = stablehlo.add %[[U3R_LOOP]]#1, %[[U3R_LOOP]]#2
+// U3: %[[U3R_D:.*]] = stablehlo.dot_general
+// U3-NEXT: %[[U3R_S:.*]] = stablehlo.add %[[U3R_D]], %[[U3R_RECV]]
+// U3-NEXT: %[[U3R_M:.*]] = "stablehlo.collective_permute"(%[[U3R_S]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
+// U3-NOT: "stablehlo.collective_permute"
+// U3: %[[U3R_NEXT:.*]] = stablehlo.add %[[U3R_K]], %{{[^ ]+}} : tensor<i32>
+// U3-NEXT: stablehlo.return %[[U3R_NEXT]], %[[U3R_M]],
+// U3: %[[U3R_OWN:.*]] = stablehlo.dot_general
+// U3-NEXT: %[[U3R_OUT:.*]] = stablehlo.add %[[U3R_OWN]], %[[U3R_LOOP]]#1
 // U3-NEXT: return %[[U3R_OUT]]
 // U4-LABEL: func.func @rs8
-// U4: %[[U4R_LOOP:.*]]:6 = stablehlo.while(%[[U4R_K:[^ ]+]] = %{{[^ ]+}}, %[[U4R_RECV:[^ ]+]] = %{{[^ ]+}}, %[[U4R_PART:[^ ]+]] = %{{[^ ]+}},
+// U4: %[[U4R_D0:.*]] = stablehlo.dot_general
+// U4-NEXT: %[[U4R_R0:.*]] = "stablehlo.collective_permute"(%[[U4R_D0]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>
+// U4: %[[U4R_LOOP:.*]]:5 = stablehlo.while(%[[U4R_K:[^ ]+]] = %{{[^ ]+}}, %[[U4R_RECV:[^ ]+]] = %[[U4R_R0]],
 // U4: cond {
-// U4-NEXT: stablehlo.constant dense<6> : tensor<i32>
+// U4-NEXT: stablehlo.constant dense<7> : tensor<i32>
 // U4: } do {
-// U4: "stablehlo.collective_permute"({{.*}}) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
-// U4: "stablehlo.collective_permute"({{.*}}) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>
-// U4: "stablehlo.collective_permute"({{.*}}) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>
-// U4: "stablehlo.collective_permute"({{.*}}) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>
-// U4-NOT: stablehlo.collective_permute
-// U4: %[[U4R_STEP:.*]] = stablehlo.constant dense<4> : tensor<i32>
-// U4-NEXT: stablehlo.add %[[U4R_K]], %[[U4R_STEP]]
-// U4-NEXT: stablehlo.return
-// U4-NEXT: }
-// U4-NEXT: %[[U4R_S6:.*]] = stablehlo.add %[[U4R_LOOP]]#1, %[[U4R_LOOP]]#2
-// U4-NEXT: %[[U4R_M6:.*]] = "stablehlo.collective_permute"(%[[U4R_S6]]) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>
-// U4: %[[U4R_D6:.*]] = stablehlo.dot_general
-// U4-NEXT: %[[U4R_P6:.*]] = stablehlo.optimization_barrier %[[U4R_D6]]
-// U4-NEXT: %[[U4R_S7:.*]] = stablehlo.add %[[U4R_M6]], %[[U4R_P6]]
-// U4-NEXT: %[[U4R_M7:.*]] = "stablehlo.collective_permute"(%[[U4R_S7]]) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>
+// U4: %[[U4R_D:.*]] = stablehlo.dot_general
+// U4-NEXT: %[[U4R_S:.*]] = stablehlo.add %[[U4R_D]], %[[U4R_RECV]]
+// U4-NEXT: %[[U4R_M:.*]] = "stablehlo.collective_permute"(%[[U4R_S]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
+// U4-NOT: "stablehlo.collective_permute"
+// U4: %[[U4R_NEXT:.*]] = stablehlo.add %[[U4R_K]], %{{[^ ]+}} : tensor<i32>
+// U4-NEXT: stablehlo.return %[[U4R_NEXT]], %[[U4R_M]],
 // U4: %[[U4R_OWN:.*]] = stablehlo.dot_general
-// U4-NEXT: %[[U4R_P7:.*]] = stablehlo.optimization_barrier %[[U4R_OWN]]
-// U4-NEXT: %[[U4R_OUT:.*]] = stablehlo.add %[[U4R_M7]], %[[U4R_P7]]
+// U4-NEXT: %[[U4R_OUT:.*]] = stablehlo.add %[[U4R_OWN]], %[[U4R_LOOP]]#1
 // U4-NEXT: return %[[U4R_OUT]]
 // FLAG-LABEL: func.func @rs8
-// FLAG: %[[FR_TWO:.*]] = stablehlo.constant dense<2> : tensor<i32>
 // FLAG: stablehlo.while(%[[FR_K:[^ ]+]] = %{{[^ ]+}},
 // FLAG: } do {
 // FLAG: "stablehlo.collective_permute"
-// FLAG: "stablehlo.collective_permute"
 // FLAG-NOT: "stablehlo.collective_permute"
-// FLAG: stablehlo.add %[[FR_K]], %[[FR_TWO]] : tensor<i32>
-// FLAG-NEXT: stablehlo.return
+// FLAG: stablehlo.return
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @rs8(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<1x8xf32> {
     %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>

@@ -39,31 +39,32 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // f32 partial sums transposed and rounded to bf16 before the scatter: the scatter dim
 // (dim 0 after the transpose) is dim 1 of the dot, the rhs's free dim, so the rhs is
-// sliced; each block is transposed and converted (rounds 0 and 1 and each loop round,
-// the last one, the own block, included), the converted part goes through the
-// optimization_barrier, and the bf16 accumulator travels.
+// sliced (one column per chain); each part is transposed and converted (round 0, each
+// loop round and the own block's round), the converted part is added to the bf16
+// accumulator received, and the bf16 accumulators travel.
 // CHECK-LABEL: func.func @scatter_transpose_convert
 // CHECK-SAME: (%[[ST_A:.*]]: tensor<8x16xf32>, %[[ST_B:.*]]: tensor<16x8xf32>)
-// CHECK: %[[ST_S0:.*]] = stablehlo.dynamic_slice %[[ST_B]], %{{.*}}, %{{.*}}, sizes = [16, 2]
-// CHECK: %[[ST_D0:.*]] = stablehlo.dot_general %[[ST_A]], %[[ST_S0]], {{.*}} -> tensor<8x2xf32>
-// CHECK: %[[ST_T0:.*]] = stablehlo.transpose %[[ST_D0]], dims = [1, 0] : (tensor<8x2xf32>) -> tensor<2x8xf32>
-// CHECK: %[[ST_C0:.*]] = stablehlo.convert %[[ST_T0]] : (tensor<2x8xf32>) -> tensor<2x8xbf16>
-// CHECK-NEXT: %[[ST_P0:.*]] = stablehlo.optimization_barrier %[[ST_C0]] : tensor<2x8xbf16>
-// CHECK-NEXT: %[[ST_R1:.*]] = "stablehlo.collective_permute"(%[[ST_P0]])
-// CHECK: %[[ST_P1:.*]] = stablehlo.optimization_barrier %{{.*}} : tensor<2x8xbf16>
-// CHECK: %[[ST_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[ST_RECV:[^ ]+]] = %[[ST_R1]], %[[ST_PART:[^ ]+]] = %[[ST_P1]]
+// CHECK: %[[ST_S0:.*]] = stablehlo.dynamic_slice %[[ST_B]], %{{.*}}, %{{.*}}, sizes = [16, 1]
+// CHECK: %[[ST_D0:.*]] = stablehlo.dot_general %[[ST_A]], %[[ST_S0]], {{.*}} -> tensor<8x1xf32>
+// CHECK: %[[ST_T0:.*]] = stablehlo.transpose %[[ST_D0]], dims = [1, 0] : (tensor<8x1xf32>) -> tensor<1x8xf32>
+// CHECK: %[[ST_C0:.*]] = stablehlo.convert %[[ST_T0]] : (tensor<1x8xf32>) -> tensor<1x8xbf16>
+// CHECK-NEXT: %[[ST_R1:.*]] = "stablehlo.collective_permute"(%[[ST_C0]])
+// CHECK: %[[ST_K0:.*]] = stablehlo.convert %{{.*}} : (tensor<1x8xf32>) -> tensor<1x8xbf16>
+// CHECK: %[[ST_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[ST_KEPT:[^ ]+]] = %[[ST_K0]], %[[ST_RECV:[^ ]+]] = %[[ST_R1]]
 // CHECK: } do {
-// CHECK-NEXT: %[[ST_SUM:.*]] = stablehlo.add %[[ST_RECV]], %[[ST_PART]] : tensor<2x8xbf16>
+// CHECK-NEXT: %[[ST_ARRIVED:.*]] = "stablehlo.collective_permute"(%[[ST_KEPT]])
+// CHECK: %[[ST_D:.*]] = stablehlo.dot_general {{.*}} -> tensor<8x1xf32>
+// CHECK-NEXT: %[[ST_T:.*]] = stablehlo.transpose %[[ST_D]], dims = [1, 0] : (tensor<8x1xf32>) -> tensor<1x8xf32>
+// CHECK-NEXT: %[[ST_C:.*]] = stablehlo.convert %[[ST_T]] : (tensor<1x8xf32>) -> tensor<1x8xbf16>
+// CHECK-NEXT: %[[ST_SUM:.*]] = stablehlo.add %[[ST_C]], %[[ST_RECV]] : tensor<1x8xbf16>
 // CHECK-NEXT: %[[ST_M:.*]] = "stablehlo.collective_permute"(%[[ST_SUM]])
-// CHECK-SAME: (tensor<2x8xbf16>) -> tensor<2x8xbf16>
-// CHECK: %[[ST_D:.*]] = stablehlo.dot_general {{.*}} -> tensor<8x2xf32>
-// CHECK-NEXT: %[[ST_T:.*]] = stablehlo.transpose %[[ST_D]], dims = [1, 0] : (tensor<8x2xf32>) -> tensor<2x8xf32>
-// CHECK-NEXT: %[[ST_C:.*]] = stablehlo.convert %[[ST_T]] : (tensor<2x8xf32>) -> tensor<2x8xbf16>
-// CHECK-NEXT: %[[ST_P:.*]] = stablehlo.optimization_barrier %[[ST_C]] : tensor<2x8xbf16>
-// CHECK: stablehlo.return %{{[^ ]+}}, %[[ST_M]], %[[ST_P]],
-// The last round (the own block) runs in the loop too; its part and the arrived
-// accumulator are added after it.
-// CHECK: %[[ST_OUT:.*]] = stablehlo.add %[[ST_LOOP]]#1, %[[ST_LOOP]]#2 : tensor<2x8xbf16>
+// CHECK: %[[ST_KEEP:.*]] = stablehlo.add %{{[^ ]+}}, %[[ST_ARRIVED]] : tensor<1x8xbf16>
+// CHECK: stablehlo.return %{{[^ ]+}}, %[[ST_KEEP]], %[[ST_M]],
+// CHECK: %[[ST_LAST:.*]] = "stablehlo.collective_permute"(%[[ST_LOOP]]#1)
+// CHECK: stablehlo.add %{{[^ ]+}}, %[[ST_LOOP]]#2 : tensor<1x8xbf16>
+// CHECK: stablehlo.add %{{[^ ]+}}, %[[ST_LAST]] : tensor<1x8xbf16>
+// CHECK: stablehlo.dynamic_update_slice
+// CHECK-NEXT: %[[ST_OUT:.*]] = stablehlo.dynamic_update_slice {{.*}} -> tensor<2x8xbf16>
 // CHECK-NEXT: return %[[ST_OUT]]
 // CHECK-NOT: stablehlo.reduce_scatter
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {

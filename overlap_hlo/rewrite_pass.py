@@ -236,9 +236,10 @@ class RewritePass:
         "help": "two streams in opposite ring directions, about N/2 rounds "
                 "(groups of 2 fall back to one stream)"})
     unroll: int | None = field(default=None, metadata={
-        "help": "ring rounds per loop iteration, 1 to 16 (the remainder is emitted after "
-                "the loop); default 1, but 2 for the all_gather ring on TPU (its loop "
-                "then alternates two buffers instead of copying the shard it carries)"})
+        "help": "all_gather ring rounds per loop iteration, 1 to 16 (the remainder is "
+                "emitted after the loop); default 1, but 2 on TPU (the loop then alternates "
+                "two buffers instead of copying the shard it carries). A reduce_scatter "
+                "ring runs one round per iteration"})
     f32_sums: bool = field(default=False, metadata={
         "help": "overlap-all-gather-matmul: sum the partial products of a contracting "
                 "gathered dim in f32 when the result is a narrower float (default: in the "

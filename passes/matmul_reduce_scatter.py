@@ -105,6 +105,9 @@ class OverlapMatmulReduceScatter(RewritePass):
         if readers:
             detail += (f"; the ring assembles the dot's product for {len(readers)} other "
                        "reader(s)")
+        if self.unroll > 1:
+            detail += (f"; unroll={self.unroll} applies to all_gather rings only (this ring "
+                       "runs one round per iteration)")
         prologues = sliced_prologues(dots, dim)
         if prologues:
             detail += (f"; the elementwise ops making {len(prologues)} of its dots' operands "
@@ -251,9 +254,11 @@ def sliced_prologues(dots: list[ir.Operation], result_dim: int
 
 def ring_plan(n: int, options: RewritePass, block: int = 2) -> RingPlan:
     """The schedule `emit_loop` builds for a group of `n` with these options; `block`:
-    the rows of the scattered block (one row cannot be split into two chains)."""
-    return RingPlan(SCATTER, n, options.bidirectional, options.unroll,
-                    chains=2 if block >= 2 else 1)
+    the rows of the scattered block (one row cannot be split into two chains). One
+    round per loop iteration, whatever `unroll` says: the two chains copy no buffer,
+    and in a second round of one iteration the TPU compiler split an add from its dot
+    (the add then waited for a transfer)."""
+    return RingPlan(SCATTER, n, options.bidirectional, 1, chains=2 if block >= 2 else 1)
 
 
 def permute_count(n: int, options: RewritePass) -> int:
@@ -387,5 +392,5 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
     whole = b.with_dim(ir.RankedTensorType(sums[0].type), out_dim, block)
     result = b.buffer(whole, platform)
     for value, (_, first, _) in zip(sums, chains):
-        result = b.update_dim(result, value, out_dim, b.scalar(first, b.index_dtype(block)))
+        result = b.update_dim(result, value, out_dim, b.scalar(first, b.index_dtype(n * block)))
     return result, product

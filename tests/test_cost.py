@@ -68,13 +68,13 @@ def test_estimate_by_hand():
     assert not est.pays()
     assert (est.blocks_per_round, est.exposed_round, est.plan) == ((1, 1, 1, 1), 3, gather)
     # Without overheads: balanced blocks (T_c = T_m = 2 us) overlap well... A scatter
-    # ring: round 0 has nothing in flight.
+    # ring: two chains, each transfer beside the other chain's dot, in every round.
     free = dataclasses.replace(hw, step_overhead_us=0.0, loop_overhead_us=0.0)
     scatter = RingPlan("scatter", 4)
-    assert scatter.sends == (0, 1, 1, 1)
+    assert scatter.sends == (1, 2, 2, 1)
     est = cost.estimate(cost.SiteShape(4, 8e6, "bf16", 2000.0, scatter), free)
-    assert (est.before_us, est.after_us) == (pytest.approx(3 * 1 + 8), pytest.approx(2 + 3 * 2))
-    assert est.pays() and est.exposed_round == 0
+    assert (est.before_us, est.after_us) == (pytest.approx(3 * 1 + 8), pytest.approx(4 * 2))
+    assert est.pays() and est.exposed_round == -1
     # ...compute-bound ones (T_c = 20 us) gain little: 3.6% is inside the 5% margin.
     est = cost.estimate(cost.SiteShape(4, 8e7, "bf16", 2000.0, scatter), free)
     assert (est.before_us, est.after_us) == (pytest.approx(3 * 1 + 80), pytest.approx(80))

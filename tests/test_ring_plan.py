@@ -71,39 +71,53 @@ def test_emitted_loops_are_the_plan(kind):
         module = module_for(kind, n)
         (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
                                              unroll=unroll)
-        plan = RingPlan(kind, n, bidi, unroll)
+        # A reduce_scatter ring runs one round per iteration whatever unroll says.
+        plan = RingPlan(kind, n, bidi, unroll if kind == GATHER else 1)
         assert site.applied and site.plan == plan and site.rings == 1, (n, bidi, unroll)
         trips, built, executed = structure(module)
         assert trips == ([plan.trip_count] if plan.trip_count else []), (plan, trips)
         assert built == plan.permutes, plan
-        assert executed == plan.transfers == n - 1, plan
+        assert executed == plan.transfers == moves(plan), plan
+
+
+def moves(plan: RingPlan) -> int:
+    """Shifts a ring makes: every block moves N-1 times, in two halves for a one-stream
+    reduce_scatter ring (its two chains)."""
+    halves = plan.kind == SCATTER and plan.streams == 1 and plan.chains == 2
+    return (plan.group_size - 1) * (2 if halves else 1)
 
 
 def test_plan_invariants():
     for kind, (n, bidi, unroll) in itertools.product((GATHER, SCATTER), GRID):
         plan = RingPlan(kind, n, bidi, unroll)
-        assert sum(plan.blocks) == n and plan.transfers == n - 1
+        assert sum(plan.blocks) == n and plan.transfers == moves(plan)
         assert plan.streams == (2 if bidi and n > 2 else 1)
         assert plan.loop_start <= plan.loop_end <= plan.loop_stop <= plan.rounds
         assert plan.loop_end - plan.loop_start == plan.trip_count * unroll
         assert plan.remainder == plan.loop_stop - plan.loop_end < unroll
         assert list(plan.rounds_before_loop) + list(range(plan.loop_start, plan.loop_end)) \
             + list(plan.rounds_after_loop) == list(range(plan.rounds))
-        # The loop's rounds have one form: every stream multiplies and sends.
+        # The loop's rounds have one form: every stream (chain) multiplies and sends.
+        sending = 2 if kind == SCATTER and plan.streams == 1 else plan.streams
         for k in range(plan.loop_start, plan.loop_stop):
-            assert (plan.blocks[k], plan.sends[k]) == (plan.streams, plan.streams), (plan, k)
-        # A shift is in flight in every round but one: the gather's last (nothing left
-        # to send), the scatter's first (nothing summed yet).
-        assert plan.idle_rounds == ((plan.rounds - 1,) if kind == GATHER else (0,))
+            assert (plan.blocks[k], plan.sends[k]) == (plan.streams, sending), (plan, k)
+        # A shift is in flight in every round but the gather's last (nothing left to
+        # send) and, with two streams and even N, the scatter's first (the up stream
+        # starts a round late and the down stream has nothing summed yet).
+        idle = ((plan.rounds - 1,) if kind == GATHER else
+                (0,) if plan.streams == 2 and n % 2 == 0 else ())
+        assert plan.idle_rounds == idle, plan
 
 
 def test_plan_by_hand():
-    one = RingPlan(SCATTER, 8)
-    assert (one.blocks, one.sends) == ((1,) * 8, (0,) + (1,) * 7)
-    assert (one.loop_start, one.loop_stop, one.trip_count, one.permutes) == (2, 8, 6, 2)
+    one = RingPlan(SCATTER, 8)   # chain 1 sends in rounds 0..6, chain 0 in 1..7
+    assert (one.blocks, one.sends) == ((1,) * 8, (1,) + (2,) * 6 + (1,))
+    assert (one.loop_start, one.loop_stop, one.trip_count, one.permutes) == (1, 7, 6, 4)
+    lone = RingPlan(SCATTER, 8, chains=1)   # blocks of one row: one chain
+    assert (lone.sends, lone.transfers) == ((1,) * 7 + (0,), 7)
     two = RingPlan(SCATTER, 8, bidirectional=True)
-    assert (two.blocks, two.sends) == ((1, 2, 2, 2, 1), (0, 1, 2, 2, 2))
-    assert (two.loop_start, two.trip_count, list(two.rounds_after_loop)) == (3, 1, [4])
+    assert (two.blocks, two.sends) == ((1, 2, 2, 2, 1), (0, 2, 2, 2, 1))
+    assert (two.loop_start, two.trip_count, list(two.rounds_after_loop)) == (2, 2, [4])
     gather = RingPlan(GATHER, 8, bidirectional=True, unroll=2)
     assert (gather.blocks, gather.sends) == ((1, 2, 2, 2, 1), (2, 2, 2, 1, 0))
     assert (gather.trip_count, gather.remainder, gather.permutes) == (1, 0, 7)
@@ -115,15 +129,15 @@ def test_plan_by_hand():
 
 @pytest.mark.parametrize("args, message", [
     (("ring", 4), "ring kind"), ((GATHER, 1), "2 or more devices"),
-    ((GATHER, 4, False, 0), "unroll >= 1")])
+    ((GATHER, 4, False, 0), "unroll >= 1"), ((SCATTER, 4, False, 1, False, 3), "chains")])
 def test_plan_refuses_nonsense(args, message):
     with pytest.raises(ValueError, match=message):
         RingPlan(*args)
 
 
 def test_unchanged_sites_carry_the_plan_they_were_predicted_with():
-    (site,) = overlap_hlo.remarks(module_for(SCATTER, 4), threshold_mib=1e9, unroll=2)
-    assert not site.applied and site.plan == RingPlan(SCATTER, 4, unroll=2)
+    (site,) = overlap_hlo.remarks(module_for(GATHER, 4), threshold_mib=1e9, unroll=2)
+    assert not site.applied and site.plan == RingPlan(GATHER, 4, unroll=2)
     assert site.estimate.blocks_per_round == site.plan.blocks
 
 

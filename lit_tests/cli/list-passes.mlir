@@ -2,8 +2,8 @@
 
 // Every overlap pass lists its options with their types and defaults:
 // threshold-mib is unset by default (1 MiB applies unless a hardware profile is
-// named), hardware is unset, bidirectional is false, unroll is unset (2 for TPU,
-// else 1), and target is unset (the hardware profile's). The built-in hardware
+// named), hardware is unset, bidirectional is false, unroll is unset (1, but 2 for
+// all_gather rings on TPU), and target is unset (the hardware profile's). The built-in hardware
 // profiles are listed at the end.
 
 // CHECK-LABEL: overlap-all-gather-matmul
@@ -13,7 +13,7 @@
 // CHECK: hardware=<str>  (default: unset)
 // CHECK: bidirectional=<bool>  (default: false)
 // CHECK: unroll=<int>  (default: unset)
-// CHECK: default 2 for TPU
+// CHECK: but 2 on TPU
 // CHECK: target=<str>  (default: unset)
 // CHECK-LABEL: overlap-matmul-reduce-scatter
 // CHECK-NEXT: dot_general feeding reduce_scatter
