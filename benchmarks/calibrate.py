@@ -217,7 +217,8 @@ def collect(profiles: list[str], layers: list[str], sets: list | None = None) ->
                         if (not estimates) != (row.model_before_us is None):
                             raise AssertionError(f"{layer} {row.location}: remarks and "
                                                  "report disagree on the model's figures")
-                        if not estimates or not row.before_us or not row.after_us:
+                        if not estimates or not row.before_us or not row.after_us \
+                                or not row.applied:   # a site the TPU forms leave
                             continue
                         sample = Sample(profile, layer, which, variant, row.pattern,
                                         tuple(shape_of(e, topo.hardware) for e in estimates),

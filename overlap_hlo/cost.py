@@ -180,14 +180,14 @@ TPU_GUESSES = dict(matmul_efficiency=0.7, step_overhead_us=1.0, step_us_per_mib=
 # benchmarks/calibrate.py --write (benchmarks/results/calibration.json holds the same).
 CALIBRATION = "calibrated on libtpu 0.0.50.1 estimated_cycles (benchmarks/calibrate.py, 2026-12-01)"
 CALIBRATED = {
-    "tpu-v4": {"matmul_efficiency": 0.371, "step_overhead_us": 1.01, "step_us_per_mib": 5.17,
+    "tpu-v4": {"matmul_efficiency": 0.367, "step_overhead_us": 0.35, "step_us_per_mib": 1.67,
+             "loop_overhead_us": 3.03},
+    "tpu-v5e": {"matmul_efficiency": 0.949, "step_overhead_us": 0.0, "step_us_per_mib": 1.7,
+              "loop_overhead_us": 3.57},
+    "tpu-v5p": {"matmul_efficiency": 0.665, "step_overhead_us": 2.61, "step_us_per_mib": 1.36,
               "loop_overhead_us": 0.0},
-    "tpu-v5e": {"matmul_efficiency": 0.923, "step_overhead_us": 0.57, "step_us_per_mib": 3.15,
-               "loop_overhead_us": 0.0},
-    "tpu-v5p": {"matmul_efficiency": 0.745, "step_overhead_us": 1.52, "step_us_per_mib": 1.89,
-               "loop_overhead_us": 0.0},
-    "tpu-v6e": {"matmul_efficiency": 0.866, "step_overhead_us": 0.7, "step_us_per_mib": 1.71,
-               "loop_overhead_us": 0.0},
+    "tpu-v6e": {"matmul_efficiency": 0.866, "step_overhead_us": 0.16, "step_us_per_mib": 0.82,
+              "loop_overhead_us": 2.76},
 }
 
 

@@ -370,11 +370,20 @@ class OverlapAllGatherMatmul(RewritePass):
                        "keeps one buffer for their products")
         assembly = None if reused is None else Assembly(gather.results[0].type, block)
         ring_dots = [c.dot for c in consumers]
-        plan = ring_plan(ring.size, self, sums=any(c.result_dim is None for c in consumers))
-        decision = self.decide(gather.results[0].type, cost.SiteShape(
-            ring.size, sum(flops(dot) for dot in ring_dots),
-            cost.element_name(ring_dots[0].operands[0].type.element_type),
-            mib(shard.type) * 2**20, plan), detail)
+        sums = any(c.result_dim is None for c in consumers)
+        plan = ring_plan(ring.size, self, sums=sums)
+        shape = cost.SiteShape(ring.size, sum(flops(dot) for dot in ring_dots),
+                               cost.element_name(ring_dots[0].operands[0].type.element_type),
+                               mib(shard.type) * 2**20, plan)
+        if sums and self.platform == "tpu":
+            raise Unsupported(
+                "a ring that sums over the gathered (contracting) dim reads and writes its "
+                "whole sum in HBM every round on TPU (4.6x the dot's compute at 8 devices, "
+                "libtpu's estimates): prefetch the gathered weight one layer ahead instead "
+                "(XLA's collective pipeliner), or name another --target to build the ring",
+                kind="summing ring on TPU", detail=detail,
+                estimate=cost.estimate(shape, self.profile))
+        decision = self.decide(gather.results[0].type, shape, detail)
         ring.require_pairs(len(groups) * plan.permutes)
         if ring.uses_channel:
             scan.require_channels(len(groups) * plan.permutes)

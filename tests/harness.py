@@ -233,3 +233,18 @@ def check(program: Program, *, shardy: bool = True, rewritten: int = 1,
             for w, g in zip(want, got):
                 assert_close(g, w, (program.dtype, w.dtype))
     return counts
+
+
+def gathered_dot(mesh, seed: int = 0):
+    """(jitted all_gather(x, "x", rows) @ w over `mesh`, x, w): f32 (64, 32) @ (32, 16)."""
+    def body(x, w):
+        return jax.lax.all_gather(x, "x", axis=0, tiled=True) @ w
+
+    fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P()), out_specs=P(),
+                               check_vma=False))
+    rng = np.random.default_rng(seed)
+    x = jax.device_put(jnp.asarray(rng.standard_normal((64, 32)), jnp.float32),
+                       NamedSharding(mesh, P("x")))
+    w = jax.device_put(jnp.asarray(rng.standard_normal((32, 16)), jnp.float32),
+                       NamedSharding(mesh, P()))
+    return fn, x, w

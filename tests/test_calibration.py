@@ -118,7 +118,8 @@ def test_calibrated_model_is_closer_to_a_compiled_schedule():
     require_libtpu()
     samples = calibrate.collect(["tpu-v5e"], ["mlp", "swiglu", "qkv", "fsdp"],
                                 [("check", calibrate.HELD_OUT_DIMS[0])])
-    assert len(samples) == 12   # mlp and swiglu 2 sites, qkv and fsdp 1; two variants
+    # mlp and swiglu 2 sites, qkv 1, two variants each; the TPU forms leave fsdp's.
+    assert len(samples) == 10
     guessed = abs(calibrate.errors(samples, calibrate.datasheet("tpu-v5e")))
     calibrated = abs(calibrate.errors(samples, cost.PROFILES["tpu-v5e"]))
     assert np.median(calibrated) < np.median(guessed)

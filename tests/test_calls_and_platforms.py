@@ -13,11 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
-from harness import Program, auto_axis_types, check, op_counts, partitioner
+from harness import Program, auto_axis_types, check, gathered_dot, op_counts, partitioner
 
 AG = jax.lax.all_gather
 
@@ -100,16 +99,7 @@ def mesh():
 
 
 def multi_platform_export(mesh):
-    def body(x, w):
-        return AG(x, "x", axis=0, tiled=True) @ w
-
-    fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P()), out_specs=P(),
-                               check_vma=False))
-    rng = np.random.default_rng(2)
-    x = jax.device_put(jnp.asarray(rng.standard_normal((64, 32)), jnp.float32),
-                       NamedSharding(mesh, P("x")))
-    w = jax.device_put(jnp.asarray(rng.standard_normal((32, 16)), jnp.float32),
-                       NamedSharding(mesh, P()))
+    fn, x, w = gathered_dot(mesh, seed=2)
     return jax.export.export(fn, platforms=("cpu", "tpu"))(x, w), (x, w)
 
 

@@ -159,4 +159,5 @@ def test_remarks_explain_every_site_of_a_model(hardware):
         line = site.format()
         assert line.startswith("-:") and "groups of 4" in line and "tensor<" in line
         assert f"on {hardware}" in line and site.estimate is not None
-        assert site.applied == site.estimate.pays()
+        # The TPU forms refuse a ring that sums over the gathered dim whatever it pays.
+        assert site.applied == site.estimate.pays() or site.kind == "summing ring on TPU"

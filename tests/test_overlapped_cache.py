@@ -12,7 +12,7 @@ from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
 from overlap_hlo import api
-from harness import auto_axis_types, op_counts
+from harness import auto_axis_types, gathered_dot, op_counts
 
 
 @pytest.fixture(scope="module")
@@ -110,16 +110,7 @@ def test_transformations_fail_before_any_work(mesh, monkeypatch, name):
 
 
 def test_rewrite_exported_rewrites_the_backward_module(mesh):
-    def body(x, w):
-        return jax.lax.all_gather(x, "x", axis=0, tiled=True) @ w
-
-    fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P()), out_specs=P(),
-                               check_vma=False))
-    rng = np.random.default_rng(1)
-    x = jax.device_put(jnp.asarray(rng.standard_normal((64, 32)), jnp.float32),
-                       NamedSharding(mesh, P("x")))
-    w = jax.device_put(jnp.asarray(rng.standard_normal((32, 16)), jnp.float32),
-                       NamedSharding(mesh, P()))
+    fn, x, w = gathered_dot(mesh, seed=1)
     exported = jax.export.export(fn)(x, w)
     new = overlap_hlo.rewrite_exported(exported, threshold_mib=0)
 

@@ -98,9 +98,12 @@ def test_compiled_loop_runs_the_plans_trip_count(reports, lowered, name):
 # --- an FSDP weight gather: the gathered dim is the dot's contracting dim ----------------
 
 GATHER_PASS = "overlap-all-gather-matmul"
+# The TPU forms leave a summing ring unchanged (below); these build it as another
+# target's forms would, to check what the TPU compiler does with it.
 SUM_OPTIONS = {"one stream": {"unroll": 1}, "bidirectional": {"bidirectional": True, "unroll": 1},
                "unroll=2": {"unroll": 2},
                "bidirectional, unroll=2": {"bidirectional": True, "unroll": 2}}
+SUM_OPTIONS = {name: dict(options, target="gpu") for name, options in SUM_OPTIONS.items()}
 
 
 def fsdp(x, w):
@@ -137,6 +140,17 @@ def test_summing_gather_ring_ends_in_its_loop(fsdp_reports, fsdp_lowered, name):
     assert row.before_us == pytest.approx(rep.original_us)
 
 
+def test_tpu_forms_leave_a_summing_ring_unchanged(fsdp_lowered):
+    """On TPU a ring that sums over the gathered dim costs several times the dot's
+    compute (its sum goes through HBM every round): the TPU forms leave the site, and
+    the remark says what to do instead."""
+    rep = variant_reports(fsdp_lowered, {"tpu": {}})["tpu"]
+    (row,) = rep.sites
+    assert not row.applied and rep.rewritten.compute_us == rep.original.compute_us
+    (site,) = overlap_hlo.remarks(fsdp_lowered.as_text(), threshold_mib=0, target="tpu")
+    assert site.kind == "summing ring on TPU" and "prefetch" in site.reason
+
+
 def test_unrolled_gather_ring_keeps_a_dot_beside_every_permute():
     """unroll=2 at sizes where the TPU scheduler used to run both of an iteration's
     dots while its second permute travelled, leaving the first bare: each round's
@@ -144,7 +158,7 @@ def test_unrolled_gather_ring_keeps_a_dot_beside_every_permute():
     every permute has a dot of its own."""
     lowered = lower(fsdp, [(8 * 2048, 8192), (8192, 8192)], (P("x", None), P("x", None)),
                     P("x", None))
-    rep = variant_reports(lowered, {"unroll=2": {"unroll": 2}})["unroll=2"]
+    rep = variant_reports(lowered, {"unroll=2": {"unroll": 2, "target": "gpu"}})["unroll=2"]
     (row,) = rep.sites
     assert row.pattern == GATHER_PASS and row.permutes == 2   # the loop body's
     assert row.overlapped == row.permutes, row.permute_details
