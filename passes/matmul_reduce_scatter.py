@@ -62,6 +62,10 @@ class OverlapMatmulReduceScatter(RewritePass):
                          f"the branches of a {top.name} (that differ)")
                 raise Unsupported(f"its dot is inside {where}: a ring cannot be placed there",
                                   kind="dot across a region boundary")
+            if top is not None and top.name == "stablehlo.add" and _viewed_dot_in_sum(top):
+                raise Unsupported("a dot of its sum reaches the add through a transpose, "
+                                  "reshape or convert: not followed inside a sum",
+                                  kind="dot behind a view inside a sum")
             raise NoMatch
         if not is_add_reduction(scatter.regions[0]):
             raise Unsupported("reduction is not a plain add")
@@ -194,6 +198,29 @@ def returned(region_op: ir.Operation, value: ir.Value) -> list[ir.Value]:
         value = as_op(value.owner).operands[0]
     return [as_op(list(region.blocks[0].operations)[-1]).operands[value.result_number]
             for region in regions]
+
+
+def _viewed_dot_in_sum(top: ir.Operation) -> bool:
+    """Whether a leaf of the add tree `top` is a dot behind single-use views."""
+    pending = [top]
+    while pending:
+        op = pending.pop()
+        for operand in op.operands:
+            if not isinstance(operand, ir.OpResult) or len(list(operand.uses)) != 1:
+                continue
+            inner = as_op(operand.owner)
+            if inner.name == "stablehlo.add":
+                pending.append(inner)
+                continue
+            while inner.name in VIEWS and len(list(inner.results[0].uses)) == 1 \
+                    and isinstance(inner.operands[0], ir.OpResult):
+                inner = as_op(inner.operands[0].owner)
+                if inner.name == "stablehlo.dot_general":
+                    return True
+    return False
+
+
+VIEWS = frozenset({"stablehlo.transpose", "stablehlo.reshape", "stablehlo.convert"})
 
 
 def summed_dots(top: ir.Operation | None

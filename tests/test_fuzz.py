@@ -87,3 +87,14 @@ def test_fuzz_script_reports_its_figures(capsys):
     out = capsys.readouterr().out
     assert "3 cases in" in out and "0 mismatched, 0 crashed" in out
     assert out.rstrip().endswith("3 passed, 0 failed")
+
+
+def test_a_dot_behind_a_transpose_inside_a_sum_is_reported():
+    """psum_scatter(x @ w + 1) where the einsum ends in a transpose: the add's leaf is a
+    transpose of the dot, which the ring does not follow: left unchanged, and said."""
+    case = fuzz.Case(mesh=(4,), axes=("x",), kind="scatter", batch=(), contracting=(2,),
+                     lhs_free=(4, 5), rhs_free=(12,), lhs_order=(0, 2, 1), rhs_order=(1, 0),
+                     operand=1, role="free", index=2, dtype="float32", shardy=True,
+                     bidirectional=True, unroll=1, seed=3, context="biased_read")
+    outcome, detail = fuzz.run(case)
+    assert outcome == "unchanged" and "not followed inside a sum" in detail
