@@ -200,6 +200,10 @@ def returned(region_op: ir.Operation, value: ir.Value) -> list[ir.Value]:
             for region in regions]
 
 
+# Views (of shape or element type) a dot reaches an add of its sum through: reported.
+VIEWS = frozenset({"stablehlo.transpose", "stablehlo.reshape", "stablehlo.convert"})
+
+
 def _viewed_dot_in_sum(top: ir.Operation) -> bool:
     """Whether a leaf of the add tree `top` is a dot behind single-use views."""
     pending = [top]
@@ -219,8 +223,6 @@ def _viewed_dot_in_sum(top: ir.Operation) -> bool:
                     return True
     return False
 
-
-VIEWS = frozenset({"stablehlo.transpose", "stablehlo.reshape", "stablehlo.convert"})
 
 
 def summed_dots(top: ir.Operation | None
@@ -308,8 +310,8 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
     into the dot's output; the dot waits for the accumulator, which arrived while the
     other chain's dot ran. One stream (a = N-1 rounds after round 0): the chains are
     the two halves of each block's rows (`plan.chains`), both moving down the ring,
-    and their last sums, the halves of the device's own block, are concatenated along
-    `out_dim` (the scattered dim after the views). Two streams: a = ceil((N-1)/2)
+    and their last sums, the halves of the device's own block, are written into one
+    buffer at their rows along `out_dim` (the scattered dim after the views). Two streams: a = ceil((N-1)/2)
     rounds down and N-1-a up, the up stream starting late so that both arrive
     together, and a last round with the device's own block, to which both arrivals
     add. In round k < a the down accumulator collects block p + k - a (it reaches its
@@ -388,13 +390,11 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
             arrived = send(carry[0], chains[0][0])
         immediate = len(chains) - 1
         sign, first, rows = chains[immediate]
-        if not last and not (two and isinstance(k, int) and k < up_start):
+        # Two streams: the up stream starts late and ends before the own block.
+        if not (two and (last or (isinstance(k, int) and k < up_start))):
             value, product = part(sign, k, -a * sign, first, rows, invariants, product)
             acc = value if carry[immediate] is None else b.add(value, carry[immediate])
-            carry[immediate] = send(acc, sign) if k != a else acc
-        elif last and not two:      # the own block's last rows: nothing to send
-            value, product = part(sign, k, -a * sign, first, rows, invariants, product)
-            carry[immediate] = b.add(value, carry[immediate])
+            carry[immediate] = acc if last else send(acc, sign)   # last: the own rows
         if len(chains) == 2:
             sign, first, rows = chains[0]
             if last and two:        # the own block, with both arrivals
