@@ -34,6 +34,20 @@ def as_op(owner) -> ir.Operation:
     return owner if isinstance(owner, ir.Operation) else owner.operation
 
 
+def callee(call: ir.Operation) -> ir.Operation | None:
+    """The single-block func.func a func.call names in its module, or None."""
+    module = call.parent
+    while module is not None and module.name != "builtin.module":
+        module = module.parent
+    if module is None:
+        return None
+    table = ir.SymbolTable(module)
+    name = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
+    func = as_op(table[name]) if name in table else None
+    return func if (func is not None and func.name == "func.func"
+                    and len(func.regions[0].blocks) == 1) else None
+
+
 def ancestor_in(block: ir.Block, op: ir.Operation) -> ir.Operation | None:
     """`op` or the op enclosing it that sits directly in `block`."""
     while op is not None and op.name != "builtin.module":

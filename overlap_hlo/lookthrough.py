@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from overlap_hlo.dominance import as_op
+from overlap_hlo.dominance import as_op, callee
 
 TRANSPARENT = frozenset({"sdy.sharding_constraint"})
 
@@ -209,10 +209,11 @@ def dot_across_regions(root: ir.Value, limit: int = 256) -> str | None:
                         use.operand_number], step))
                 continue
             if user.name == "func.call":
-                callee = _callee(user)
-                if callee is not None:
-                    frontier.append((callee.regions[0].blocks[0].arguments[use.operand_number],
-                                     crossed or f"through a call of @{callee_name(user)}"))
+                func = callee(user)
+                if func is not None:
+                    name = ir.FlatSymbolRefAttr(user.attributes["callee"]).value
+                    frontier.append((func.regions[0].blocks[0].arguments[use.operand_number],
+                                     crossed or f"through a call of @{name}"))
                 continue
             if user.name in ("stablehlo.return", "sdy.return"):
                 parent = user.parent
@@ -227,23 +228,6 @@ def dot_across_regions(root: ir.Value, limit: int = 256) -> str | None:
             if user.name in PASSING:
                 frontier.extend((result, step) for result in user.results)
     return None
-
-
-def callee_name(call: ir.Operation) -> str:
-    return ir.FlatSymbolRefAttr(call.attributes["callee"]).value
-
-
-def _callee(call: ir.Operation) -> ir.Operation | None:
-    """The func.func a func.call names, or None."""
-    module = call
-    while module is not None and module.name != "builtin.module":
-        module = module.parent
-    table = ir.SymbolTable(module) if module is not None else None
-    name = callee_name(call)
-    if table is None or name not in table:
-        return None
-    func = as_op(table[name])
-    return func if func.name == "func.func" and len(func.regions[0].blocks) == 1 else None
 
 
 def producer(value: ir.Value, dim: int) -> tuple[ir.Operation | None, list[View], int]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from .dominance import Callers, as_op
+from .dominance import Callers, as_op, callee
 from .lookthrough import producer, users_through_views
 
 BRANCHING = ("stablehlo.case", "stablehlo.if")
@@ -40,7 +40,7 @@ def normalize(module_op: ir.Operation) -> None:
         collectives, _ = _scan(module_op)
     inlined: dict[str, ir.Operation] = {}
     for _ in range(MAX_INLINE_ROUNDS):
-        if not inline_calls(module_op, collectives, inlined):
+        if not inline_calls(collectives, inlined):
             break
     if inlined:
         _erase_unused_private(module_op, inlined)
@@ -98,31 +98,25 @@ def _unique(ops) -> list[ir.Operation]:
     return list({hash(op): op for op in ops}.values())
 
 
-def inline_calls(module_op: ir.Operation, collectives: list[ir.Operation],
-                 inlined: dict[str, ir.Operation]) -> int:
+def inline_calls(collectives: list[ir.Operation], inlined: dict[str, ir.Operation]) -> int:
     """Inline each func.call that reads an all_gather's result (through views) or whose
     result a reduce_scatter scatters; returns how many, and notes each callee in
     `inlined`."""
     calls = _unique(op for c in collectives for op in _neighbours(c) if op.name == "func.call")
-    if not calls:
-        return 0
-    table = ir.SymbolTable(module_op)
     count = 0
     for call in calls:
-        name = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
-        callee = as_op(table[name]) if name in table else None
-        if callee is not None and _inline(call, callee):
+        func = callee(call)
+        if func is not None:
+            inlined[ir.StringAttr(func.attributes["sym_name"]).value] = func
+            _inline(call, func)
             count += 1
-            inlined[name] = callee
     return count
 
 
-def _inline(call: ir.Operation, callee: ir.Operation) -> bool:
-    """Clone `callee`'s body before `call`, reading the call's operands for its
-    arguments, and replace the call's results; False for a callee of several blocks."""
-    if callee.name != "func.func" or len(callee.regions[0].blocks) != 1:
-        return False
-    body = callee.regions[0].blocks[0]
+def _inline(call: ir.Operation, func: ir.Operation) -> None:
+    """Clone `func`'s body before `call`, reading the call's operands for its
+    arguments, and replace the call's results."""
+    body = func.regions[0].blocks[0]
     values = dict(zip(body.arguments, call.operands))
     ops = [as_op(op) for op in body.operations]
     with ir.InsertionPoint(call):
@@ -133,7 +127,6 @@ def _inline(call: ir.Operation, callee: ir.Operation) -> bool:
     for result, value in zip(call.results, ops[-1].operands):
         result.replace_all_uses_with(values.get(value, value))
     call.erase()
-    return True
 
 
 def _remap(op: ir.Operation, values: dict) -> None:

@@ -30,7 +30,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo import builders as b
-from overlap_hlo.dominance import as_op
+from overlap_hlo.dominance import as_op, callee
 
 ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
     "abs add and atan2 cbrt ceil clamp compare convert cosine divide exponential "
@@ -63,26 +63,11 @@ def uniform(value: ir.Value, shape: list[int]) -> bool:
     return False
 
 
-def callee(call: ir.Operation) -> ir.Operation | None:
-    """The private func.func a func.call names, found in the enclosing module."""
-    name = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
-    parent = call.parent
-    while parent is not None and parent.name != "builtin.module":
-        parent = parent.parent
-    if parent is None:
-        return None
-    for op in parent.regions[0].blocks[0].operations:
-        op = op.operation
-        if op.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
-            return op
-    return None
-
-
 def elementwise_call(call: ir.Operation, shape: list[int]) -> bool:
     """A func.call of one function whose body is elementwise over `shape`: every
     argument and result has that shape, every op is elementwise or uniform."""
     func = callee(call)
-    if func is None or len(call.results) != 1 or len(func.regions[0].blocks) != 1:
+    if func is None or len(call.results) != 1:
         return False
     body = func.regions[0].blocks[0]
     if any(_shape(arg) != shape for arg in body.arguments):
