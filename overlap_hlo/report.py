@@ -164,7 +164,7 @@ def build_variants(source, topology: str | tpu.Topology, variants: dict[str, dic
     original = analyze(original_compiled, timing, timeline, trip_counts)
     reports = {}
     for name, options in variants.items():
-        options = {"target": "tpu", **{k: v for k, v in options.items() if v is not None}}
+        options = tpu.tpu_options(options)
         compiled, sites = tpu.compile_rewritten(original_compiled.module, topo, pipeline,
                                                 input_name=input_name, **options)
         rewritten = analyze(compiled, timing, timeline, trip_counts)

@@ -236,9 +236,15 @@ def compile_rewritten(module: ir.Module, topo: Topology, pipeline: str = DEFAULT
     """A copy of `module` rewritten with `options` (the TPU forms unless another
     `target` is given), compiled for `topo`, and its sites."""
     rewritten = api.parse(api.serialize(module, bytecode=True))
-    options = {"target": "tpu", **{k: v for k, v in options.items() if v is not None}}
-    sites = api.rewrite_module(rewritten, pipeline, input_name=input_name, **options)
+    sites = api.rewrite_module(rewritten, pipeline, input_name=input_name,
+                               **tpu_options(options))
     return compile_module(rewritten, topo), sites
+
+
+def tpu_options(options: dict) -> dict:
+    """Pass `options` for a TPU compile: those given (None: the default), target tpu
+    unless another is given."""
+    return {"target": "tpu", **{k: v for k, v in options.items() if v is not None}}
 
 
 # -- the placeholder lowering (its private JAX paths are in compat.py) ----------------
