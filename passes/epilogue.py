@@ -214,19 +214,18 @@ def _replay(op: ir.Operation, values: dict, block_type) -> ir.Value:
             if inner_op.name == "func.return":
                 return inner[inner_op.operands[0]]
             if inner_op.name in UNIFORM and _shape(inner_op.results[0]) == []:
-                inner[inner_op.results[0]] = _clone(inner_op, inner)   # a scalar: as is
+                inner[inner_op.results[0]] = _rebuilt(   # a scalar: as is
+                    inner_op, [inner.get(v, v) for v in inner_op.operands],
+                    inner_op.results[0].type)
                 continue
             inner[inner_op.results[0]] = _replay_inner(inner_op, inner, block_type)
         raise AssertionError("a func.func body ends with func.return")
-    return ir.Operation.create(op.name, results=[block_type(op.results[0].type)],
-                               operands=operands,
-                               attributes={name: op.attributes[name] for name in op.attributes}).result
+    return _rebuilt(op, operands, block_type(op.results[0].type))
 
 
-def _clone(op: ir.Operation, values: dict) -> ir.Value:
-    """`op` rebuilt at the insertion point, reading `values`' entries for its operands."""
-    return ir.Operation.create(op.name, results=[op.results[0].type],
-                               operands=[values.get(v, v) for v in op.operands],
+def _rebuilt(op: ir.Operation, operands: list[ir.Value], result_type: ir.Type) -> ir.Value:
+    """`op`, with its attributes, created at the insertion point on `operands`."""
+    return ir.Operation.create(op.name, results=[result_type], operands=operands,
                                attributes={name: op.attributes[name]
                                            for name in op.attributes}).result
 
