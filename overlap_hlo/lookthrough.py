@@ -230,6 +230,23 @@ def dot_across_regions(root: ir.Value, limit: int = 256) -> str | None:
     return None
 
 
+def add_leaves(top: ir.Operation | None) -> list[ir.Operation]:
+    """`top`, or when it is a stablehlo.add, the ops that the tree of single-use adds
+    under it sums, in operand order (operands that are block arguments or that other
+    ops read too are left out)."""
+    if top is None or top.name != "stablehlo.add":
+        return [] if top is None else [top]
+    leaves, pending = [], [top]
+    while pending:
+        op = pending.pop()
+        if op.name != "stablehlo.add":
+            leaves.append(op)
+            continue
+        pending += [as_op(operand.owner) for operand in reversed(list(op.operands))
+                    if isinstance(operand, ir.OpResult) and len(list(operand.uses)) == 1]
+    return leaves
+
+
 def producer(value: ir.Value, dim: int) -> tuple[ir.Operation | None, list[View], int]:
     """The op defining `value` above single-use views along `dim`, those views (in the
     order they apply) and the dim in the op's result."""

@@ -22,7 +22,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from .dominance import Callers, as_op, callee
-from .lookthrough import producer, users_through_views
+from .lookthrough import add_leaves, producer, users_through_views
 
 BRANCHING = ("stablehlo.case", "stablehlo.if")
 COLLECTIVES = ("stablehlo.all_gather", "stablehlo.reduce_scatter")
@@ -82,16 +82,7 @@ def _neighbours(collective: ir.Operation) -> list[ir.Operation]:
         dim = ir.IntegerAttr(collective.attributes["all_gather_dim"]).value
         return [use.user for use in users_through_views(collective.results[0], dim)[0]]
     dim = ir.IntegerAttr(collective.attributes["scatter_dimension"]).value
-    return _summed(producer(collective.operands[0], dim)[0])
-
-
-def _summed(top: ir.Operation | None) -> list[ir.Operation]:
-    """`top`, or the leaves of `top` when it is a tree of single-use adds."""
-    if top is None or top.name != "stablehlo.add":
-        return [] if top is None else [top]
-    return [leaf for operand in top.operands
-            if isinstance(operand, ir.OpResult) and len(list(operand.uses)) == 1
-            for leaf in _summed(as_op(operand.owner))]
+    return add_leaves(producer(collective.operands[0], dim)[0])
 
 
 def _unique(ops) -> list[ir.Operation]:

@@ -32,8 +32,8 @@ from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
 from overlap_hlo.dots import DotDims, flops
 from overlap_hlo.dominance import after, as_op
-from overlap_hlo.lookthrough import (TRANSPARENT, View, only_transparent, producer, replay,
-                                    view_backward)
+from overlap_hlo.lookthrough import (TRANSPARENT, View, add_leaves, only_transparent,
+                                    producer, replay, view_backward)
 from overlap_hlo.passes.epilogue import Epilogue, block_type_for, find_prologue
 from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
 from overlap_hlo.ring_plan import SCATTER, RingPlan
@@ -206,23 +206,13 @@ VIEWS = frozenset({"stablehlo.transpose", "stablehlo.reshape", "stablehlo.conver
 
 def _viewed_dot_in_sum(top: ir.Operation) -> bool:
     """Whether a leaf of the add tree `top` is a dot behind single-use views."""
-    pending = [top]
-    while pending:
-        op = pending.pop()
-        for operand in op.operands:
-            if not isinstance(operand, ir.OpResult) or len(list(operand.uses)) != 1:
-                continue
-            inner = as_op(operand.owner)
-            if inner.name == "stablehlo.add":
-                pending.append(inner)
-                continue
-            while inner.name in VIEWS and len(list(inner.results[0].uses)) == 1 \
-                    and isinstance(inner.operands[0], ir.OpResult):
-                inner = as_op(inner.operands[0].owner)
-                if inner.name == "stablehlo.dot_general":
-                    return True
+    for inner in add_leaves(top):
+        while inner.name in VIEWS and len(list(inner.results[0].uses)) == 1 \
+                and isinstance(inner.operands[0], ir.OpResult):
+            inner = as_op(inner.operands[0].owner)
+            if inner.name == "stablehlo.dot_general":
+                return True
     return False
-
 
 
 def summed_dots(top: ir.Operation | None
@@ -311,10 +301,10 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
     other chain's dot ran. One stream (a = N-1 rounds after round 0): the chains are
     the two halves of each block's rows (`plan.chains`), both moving down the ring,
     and their last sums, the halves of the device's own block, are written into one
-    buffer at their rows along `out_dim` (the scattered dim after the views). Two streams: a = ceil((N-1)/2)
-    rounds down and N-1-a up, the up stream starting late so that both arrive
-    together, and a last round with the device's own block, to which both arrivals
-    add. In round k < a the down accumulator collects block p + k - a (it reaches its
+    buffer at their rows along `out_dim` (the scattered dim after the views). Two
+    streams: a = ceil((N-1)/2) rounds down and N-1-a up, the up stream starting late
+    so that both arrive together, and a last round with the device's own block, to
+    which both arrivals add. In round k < a the down accumulator collects block p + k - a (it reaches its
     owner after a - k more shifts), the up one p + a - k. Every block of this device's
     product is computed exactly once; an added term (a bias) is sliced like the
     product and added to each block once, so the sum over the devices is that of the
