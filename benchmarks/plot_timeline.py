@@ -27,9 +27,9 @@ COMPUTE, COMM = "#3b7dd8", "#e8833a"
 def lanes(estimate: cost.Estimate):
     """[(lane, start, length, label)] before and after, from the estimate's terms."""
     n, t_c, t_m = estimate.group_size, estimate.block_compute_us, estimate.shift_us
-    t_m2 = estimate.collective_step_us
-    before = [("comm", i * t_m2, t_m2, "") for i in range(n - 1)]
-    before += [("compute", (n - 1) * t_m2 + i * t_c, t_c, "") for i in range(n)]
+    collective = estimate.collective_us
+    before = [("comm", 0.0, collective, "collective")]
+    before += [("compute", collective + i * t_c, t_c, "") for i in range(n)]
     rounds = list(estimate.blocks_per_round)
     exposed = estimate.exposed_round % len(rounds)
     after, clock = [], 0.0

@@ -1,5 +1,7 @@
 // RUN: overlap-opt %s --split-input-file --hardware=h100-sxm --remarks -o %t.h100 2>&1 | FileCheck %s --check-prefix=H100-REMARK
-// RUN: FileCheck %s --check-prefix=H100 --input-file %t.h100
+// RUN: FileCheck %s --check-prefix=H100-TWO --input-file %t.h100
+// RUN: overlap-opt %s --split-input-file --hardware=h100-sxm --no-bidirectional -o %t.one
+// RUN: FileCheck %s --check-prefix=H100 --input-file %t.one
 // RUN: overlap-opt %s --split-input-file --hardware=tpu-v5e --remarks -o %t.v5e 2>&1 | FileCheck %s --check-prefix=V5E-REMARK
 // RUN: FileCheck %s --check-prefix=V5E --input-file %t.v5e
 // RUN: overlap-opt %s --split-input-file --hardware=host-cpu --remarks -o %t.cpu 2>&1 | FileCheck %s --check-prefix=CPU-REMARK
@@ -55,12 +57,13 @@
 // latency and the partial dots nearly free, so the ring loses on every built-in
 // profile and the all_gather stays. threshold-mib=0 rewrites it anyway, still
 // reporting the (slower) prediction. On the slow-link profile (a shift costs as
-// much as a partial dot) it pays: 7 t -> 4 t.
+// much as a partial dot) it pays: the all_gather's 2 bidirectional steps and 4 dots,
+// 6 t, against 4 t for the two-stream ring, the faster form.
 // H100-REMARK: cost-model.mlir:[[# @LINE + 18]]:10: remark: overlap-all-gather-matmul: left unchanged: not profitable on h100-sxm (the cost model: less than 5% faster); 1 dot(s) (free dim), tensor<8x16xf32> gathered over groups of 4; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm{{$}}
 // V5E-REMARK: cost-model.mlir:[[# @LINE + 17]]:10: remark: overlap-all-gather-matmul: left unchanged: not profitable on tpu-v5e (the cost model: less than 5% faster); 1 dot(s) (free dim), tensor<8x16xf32> gathered over groups of 4; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on tpu-v5e{{$}}
 // CPU-REMARK: cost-model.mlir:[[# @LINE + 16]]:10: remark: overlap-all-gather-matmul: left unchanged: not profitable on host-cpu (the cost model: less than 5% faster);
 // THR-REMARK: cost-model.mlir:[[# @LINE + 15]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<8x16xf32> gathered over groups of 4; decided by threshold-mib=0 (explicit, over the cost model for h100-sxm): {{.*}} MiB communicated; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm{{(: predicted slower than the original)?$}}
-// JSON-REMARK: cost-model.mlir:[[# @LINE + 14]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<8x16xf32> gathered over groups of 4; decided by the cost model for slow-link; predicted 3584.0 us -> 2048.0 us (1.75x) on slow-link{{$}}
+// JSON-REMARK: cost-model.mlir:[[# @LINE + 14]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<8x16xf32> gathered over groups of 4; decided by the cost model for slow-link, two streams (the faster form); predicted 3072.0 us -> 2048.0 us (1.50x) on slow-link{{$}}
 // H100-LABEL: func.func @tiny
 // H100: "stablehlo.all_gather"(%arg0)
 // H100-NOT: stablehlo.collective_permute
@@ -87,11 +90,18 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // communication: rewritten on h100-sxm and tpu-v5e, with the predicted times in the
 // remark. On host-cpu (matmul-bound) it stays; on slow-link the dots are far too
 // slow for the shifts to matter. (Only the slow-link numbers are checked exactly:
-// with T_c = T_m = 512 us and no overheads, 3 T_m + 4 T_c -> 4 T_c.)
-// H100-REMARK: cost-model.mlir:[[# @LINE + 19]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<8192x8192xbf16> gathered over groups of 4; decided by the cost model for h100-sxm; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm{{(: predicted slower than the original)?$}}
-// V5E-REMARK: cost-model.mlir:[[# @LINE + 18]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<8192x8192xbf16> gathered over groups of 4; decided by the cost model for tpu-v5e; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on tpu-v5e{{(: predicted slower than the original)?$}}
-// CPU-REMARK: cost-model.mlir:[[# @LINE + 17]]:10: remark: overlap-all-gather-matmul: left unchanged: not profitable on host-cpu (the cost model: less than 5% faster); 1 dot(s) (free dim), tensor<8192x8192xbf16> gathered over groups of 4; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on host-cpu{{$}}
-// JSON-REMARK: cost-model.mlir:[[# @LINE + 16]]:10: remark: overlap-all-gather-matmul: left unchanged: not profitable on slow-link (the cost model: less than 5% faster);
+// with T_c = T_m = 512 us and no overheads, 2 T_m + 4 T_c -> 4 T_c.)
+// H100-REMARK: cost-model.mlir:[[# @LINE + 26]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<8192x8192xbf16> gathered over groups of 4; decided by the cost model for h100-sxm, two streams (the faster form); predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm{{(: predicted slower than the original)?$}}
+// V5E-REMARK: cost-model.mlir:[[# @LINE + 25]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<8192x8192xbf16> gathered over groups of 4; decided by the cost model for tpu-v5e, two streams (the faster form); predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on tpu-v5e{{(: predicted slower than the original)?$}}
+// CPU-REMARK: cost-model.mlir:[[# @LINE + 24]]:10: remark: overlap-all-gather-matmul: left unchanged: not profitable on host-cpu (the cost model: less than 5% faster); 1 dot(s) (free dim), tensor<8192x8192xbf16> gathered over groups of 4; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on host-cpu{{$}}
+// JSON-REMARK: cost-model.mlir:[[# @LINE + 23]]:10: remark: overlap-all-gather-matmul: left unchanged: not profitable on slow-link (the cost model: less than 5% faster);
+// With no stream count given, the cost model builds the faster form: two streams (the
+// --no-bidirectional run below checks the one-stream ring).
+// H100-TWO-LABEL: func.func @large
+// H100-TWO: "stablehlo.collective_permute"(%arg0) {{.*}} source_target_pairs = dense<{{\[\[}}0, 3], [1, 0], [2, 1], [3, 2]]>
+// H100-TWO-NEXT: "stablehlo.collective_permute"(%arg0) {{.*}} source_target_pairs = dense<{{\[\[}}0, 1], [1, 2], [2, 3], [3, 0]]>
+// H100-TWO-NOT: stablehlo.all_gather
+// H100-TWO: return
 // H100-LABEL: func.func @large
 // H100-NOT: stablehlo.all_gather
 // H100: "stablehlo.collective_permute"(%arg0)
@@ -102,7 +112,7 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // H100: return
 // V5E-LABEL: func.func @large
 // V5E-NOT: stablehlo.all_gather
-// V5E: stablehlo.while
+// V5E: "stablehlo.collective_permute"
 // V5E-NOT: stablehlo.all_gather
 // V5E: return
 module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
@@ -116,8 +126,8 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // -----
 
 // The matching large dot -> reduce_scatter, rewritten on h100-sxm and tpu-v5e.
-// H100-REMARK: cost-model.mlir:[[# @LINE + 20]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8192x8192xbf16> scattered on dim 0 (free dim of operand 0) over groups of 4; decided by the cost model for h100-sxm; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm{{(: predicted slower than the original)?$}}
-// V5E-REMARK: cost-model.mlir:[[# @LINE + 19]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8192x8192xbf16> scattered on dim 0 (free dim of operand 0) over groups of 4; decided by the cost model for tpu-v5e; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on tpu-v5e{{(: predicted slower than the original)?$}}
+// H100-REMARK: cost-model.mlir:[[# @LINE + 20]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8192x8192xbf16> scattered on dim 0 (free dim of operand 0) over groups of 4; decided by the cost model for h100-sxm, two streams (the faster form); predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm{{(: predicted slower than the original)?$}}
+// V5E-REMARK: cost-model.mlir:[[# @LINE + 19]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8192x8192xbf16> scattered on dim 0 (free dim of operand 0) over groups of 4; decided by the cost model for tpu-v5e, two streams (the faster form); predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on tpu-v5e{{(: predicted slower than the original)?$}}
 // CPU-REMARK: cost-model.mlir:[[# @LINE + 18]]:10: remark: overlap-matmul-reduce-scatter: left unchanged: not profitable on host-cpu (the cost model: less than 5% faster);
 // H100-LABEL: func.func @large_scatter
 // H100-NOT: stablehlo.reduce_scatter
@@ -130,7 +140,7 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // H100: return
 // V5E-LABEL: func.func @large_scatter
 // V5E-NOT: stablehlo.reduce_scatter
-// V5E: stablehlo.while
+// V5E: "stablehlo.collective_permute"
 // V5E-NOT: stablehlo.reduce_scatter
 // V5E: return
 module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {

@@ -59,8 +59,8 @@
 // DEFAULT: return
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @free_lhs(%arg0: tensor<2x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
-    // REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 2]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<8x16xf32> gathered over groups of 4; decided by threshold-mib=0 (explicit): {{.*}} MiB communicated; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm (default profile, not chosen){{(: predicted slower than the original)?$}}
-    // DEFAULT-REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: left unchanged: communicated tensor is {{.*}} MiB, below threshold-mib=1 (the default: neither threshold-mib nor hardware given); 1 dot(s) (free dim), tensor<8x16xf32> gathered over groups of 4; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm (default profile, not chosen){{(: predicted slower than the original)?$}}
+    // REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 2]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<8x16xf32> gathered over groups of 4; decided by threshold-mib=0 (explicit): {{.*}} MiB communicated{{$}}
+    // DEFAULT-REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: left unchanged: communicated tensor is {{.*}} MiB, below threshold-mib=1 (the default: neither threshold-mib nor hardware given); 1 dot(s) (free dim), tensor<8x16xf32> gathered over groups of 4{{$}}
     %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
     %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
     return %1 : tensor<8x8xf32>
@@ -519,7 +519,7 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NOT: stablehlo.all_gather
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @two_dots(%arg0: tensor<2x16xf32>, %arg1: tensor<16x8xf32>, %arg2: tensor<16x4xf32>) -> (tensor<8x8xf32>, tensor<8x4xf32>) {
-    // REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 2 dot(s) (free dim, free dim), tensor<8x16xf32> gathered over groups of 4; decided by threshold-mib=0 (explicit): {{.*}} MiB communicated; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm (default profile, not chosen){{(: predicted slower than the original)?$}}
+    // REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 2 dot(s) (free dim, free dim), tensor<8x16xf32> gathered over groups of 4; decided by threshold-mib=0 (explicit): {{.*}} MiB communicated{{$}}
     %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
     %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
     %2 = stablehlo.dot_general %0, %arg2, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
@@ -544,7 +544,7 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // DEFAULT: return
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @default_threshold(%arg0: tensor<128x512xf32>, %arg1: tensor<512x8xf32>) -> tensor<512x8xf32> {
-    // DEFAULT-REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<512x512xf32> gathered over groups of 4; decided by threshold-mib=1 (the default: neither threshold-mib nor hardware given): {{.*}} MiB communicated; predicted {{[0-9.]+}} us -> {{[0-9.]+}} us ({{[0-9.]+}}x) on h100-sxm (default profile, not chosen){{(: predicted slower than the original)?$}}
+    // DEFAULT-REMARK: overlap-all-gather-matmul.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<512x512xf32> gathered over groups of 4; decided by threshold-mib=1 (the default: neither threshold-mib nor hardware given): {{.*}} MiB communicated{{$}}
     %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, use_global_device_ids}> : (tensor<128x512xf32>) -> tensor<512x512xf32>
     %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<512x512xf32>, tensor<512x8xf32>) -> tensor<512x8xf32>
     return %1 : tensor<512x8xf32>

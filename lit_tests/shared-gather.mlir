@@ -55,7 +55,7 @@
 // CHECK-NOT: stablehlo.all_gather
 module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @gated_mlp(%x: tensor<2x16xf32>, %wg: tensor<16x32xf32>, %wu: tensor<16x32xf32>) -> tensor<8x32xf32> {
-    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 2 dot(s) (free dim, free dim), tensor<8x16xf32> gathered over groups of 4; an elementwise epilogue of 2 of its dots (3 op(s)) runs on each block: the ring keeps one buffer for their products; decided by threshold-mib=0 (explicit): {{.*}} MiB communicated; predicted
+    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 2 dot(s) (free dim, free dim), tensor<8x16xf32> gathered over groups of 4; an elementwise epilogue of 2 of its dots (3 op(s)) runs on each block: the ring keeps one buffer for their products; decided by threshold-mib=0 (explicit): {{.*}} MiB communicated{{$}}
     %g = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
     %gate = stablehlo.dot_general %g, %wg, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
     %up = stablehlo.dot_general %g, %wu, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
@@ -88,7 +88,7 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NOT: stablehlo.all_gather
 module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @backward(%x: tensor<2x16xf32>, %w: tensor<16x8xf32>) -> (tensor<8x8xf32>, tensor<16x8xf32>) {
-    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<8x16xf32> gathered over groups of 4; the ring assembles the gathered tensor for 1 other reader(s), 1 of them dot(s) with no ring of their own; decided by threshold-mib=0 (explicit): {{.*}} MiB communicated; predicted
+    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 1 dot(s) (free dim), tensor<8x16xf32> gathered over groups of 4; the ring assembles the gathered tensor for 1 other reader(s), 1 of them dot(s) with no ring of their own; decided by threshold-mib=0 (explicit): {{.*}} MiB communicated{{$}}
     %g = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
     %y = stablehlo.dot_general %g, %w, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
     %dy = stablehlo.tanh %y : tensor<8x8xf32>
@@ -124,7 +124,7 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK: return
 module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @qkv(%x: tensor<2x16xf32>, %wq: tensor<16x8xf32>, %wk: tensor<16x4xf32>, %wv: tensor<16x4xf32>) -> (tensor<8x8xf32>, tensor<8x4xf32>, tensor<8x4xf32>) {
-    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 3 dot(s) (free dim, free dim, free dim), tensor<8x16xf32> gathered over groups of 4; decided by threshold-mib=0 (explicit): {{.*}} MiB communicated; predicted
+    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 3 dot(s) (free dim, free dim, free dim), tensor<8x16xf32> gathered over groups of 4; decided by threshold-mib=0 (explicit): {{.*}} MiB communicated{{$}}
     %g = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
     %q = stablehlo.dot_general %g, %wq, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
     %k = stablehlo.dot_general %g, %wk, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
@@ -155,7 +155,7 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK: return
 module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @mixed_kinds(%x: tensor<2x16xf32>, %w: tensor<16x8xf32>, %e: tensor<8x4xf32>) -> (tensor<8x8xf32>, tensor<16x4xf32>) {
-    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 2 dot(s) (free dim, contracting dim), tensor<8x16xf32> gathered over groups of 4; decided by threshold-mib=0 (explicit): {{.*}} MiB communicated; predicted
+    // REMARK: shared-gather.mlir:[[# @LINE + 1]]:10: remark: overlap-all-gather-matmul: rewritten: 2 dot(s) (free dim, contracting dim), tensor<8x16xf32> gathered over groups of 4; decided by threshold-mib=0 (explicit): {{.*}} MiB communicated{{$}}
     %g = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
     %y = stablehlo.dot_general %g, %w, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
     %z = stablehlo.dot_general %g, %e, contracting_dims = [0] x [0] : (tensor<8x16xf32>, tensor<8x4xf32>) -> tensor<16x4xf32>

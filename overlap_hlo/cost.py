@@ -3,7 +3,7 @@
 For one site on a ring of N devices, with T_c the time of one block's partial dot
 (all the site's dots together) and T_m the time of one shift of one block:
 
-    collective then dot:  (N - 1) * T_m2 + N * T_c
+    collective then dot:  ceil((N - 1) / 2) * latency + (N - 1) * T_b2 + N * T_c
     decomposed:           sum over rounds r of max(C_r, T_m if a shift is in flight)
                           + rounds * step overhead + loop iterations * loop overhead
 
@@ -13,8 +13,9 @@ computed in round r) * T_c: one block per round with one stream, two with a
 bidirectional ring (whose two shifts use both directions of the links, so a round
 still costs one T_m). T_c = FLOPs / (peak FLOP/s for the element type x matmul
 efficiency); T_m = latency + bytes / (one-direction link bandwidth x link
-efficiency); T_m2 is the same with both directions of the links (the library
-collective is given its best case: a bidirectional ring). The step overhead of a
+efficiency); T_b2 is a block's bytes over both directions of the links: the library
+collective is given its best case, a bidirectional ring, whose ceil((N-1)/2) steps each
+pay one latency. The step overhead of a
 round is a fixed time plus a time per MiB of the shifted block (the round's slices,
 copies and, in a scatter ring, the accumulator's add). A site is decomposed when
 the decomposed time beats the original by `margin`. Every figure is a prediction,
@@ -63,6 +64,13 @@ class Hardware:
         """One step of a ring moving `nbytes` per device, over 1 or 2 link directions."""
         bandwidth = self.link_gbps * 1e9 * self.link_efficiency * directions
         return self.latency_us + nbytes / bandwidth * 1e6
+
+    def collective_us(self, nbytes: float, n: int) -> float:
+        """The library collective moving `nbytes` blocks around a ring of `n`, at its
+        best: a bidirectional ring, ceil((n-1)/2) steps, n-1 blocks over both
+        directions of the links."""
+        bandwidth = self.link_gbps * 1e9 * self.link_efficiency * 2
+        return math.ceil((n - 1) / 2) * self.latency_us + (n - 1) * nbytes / bandwidth * 1e6
 
     @classmethod
     def from_file(cls, path: str) -> Hardware:
@@ -255,7 +263,7 @@ class Estimate:
     group_size: int = 0
     block_compute_us: float = 0.0       # T_c: one block's partial dots
     shift_us: float = 0.0               # T_m: one block over one link direction
-    collective_step_us: float = 0.0     # T_m2: the collective's step, both directions
+    collective_us: float = 0.0          # the whole collective (the original's)
     blocks_per_round: tuple[int, ...] = ()
     exposed_round: int = -1             # the (first) round with no shift in flight
     step_overhead_us: float = 0.0
@@ -290,15 +298,15 @@ def estimate(site: SiteShape, hw: Hardware) -> Estimate:
     n, plan = site.group_size, site.plan
     t_c = hw.matmul_us(site.flops / n, site.element_type)
     t_m = hw.shift_us(site.block_bytes)
-    before = (n - 1) * hw.shift_us(site.block_bytes, directions=2) + n * t_c
+    collective = hw.collective_us(site.block_bytes, n)
+    before = collective + n * t_c
     after = sum(max(blocks * t_c, t_m if sends else 0.0)
                 for blocks, sends in zip(plan.blocks, plan.sends))
     step = hw.step_us(site.block_bytes)
     after += plan.rounds * step + plan.trip_count * hw.loop_overhead_us
     idle = plan.idle_rounds[0] if plan.idle_rounds else -1
-    return Estimate(before, after, hw.name, n, t_c, t_m,
-                    hw.shift_us(site.block_bytes, directions=2), plan.blocks,
-                    idle, step, plan)
+    return Estimate(before, after, hw.name, n, t_c, t_m, collective, plan.blocks, idle,
+                    step, plan)
 
 
 def element_name(element_type) -> str:

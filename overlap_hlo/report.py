@@ -41,6 +41,10 @@ class SiteRow:
     before_us: float
     after_us: float
     compute_bound_us: float         # the smaller compute of the two: neither runs faster
+    original_compute_us: float = 0.0
+    rewritten_compute_us: float = 0.0
+    # category (dots, accumulation, copies, initialisation, other) -> [before, after] us
+    compute_breakdown: dict[str, list[float]] = field(default_factory=dict)
     collectives_left: list[str] = field(default_factory=list)
     original_collectives: list[str] = field(default_factory=list)
     trip_counts: list[int | None] = field(default_factory=list)
@@ -49,6 +53,27 @@ class SiteRow:
     model_before_us: float | None = None   # the analytic cost model (overlap_hlo.cost)
     model_after_us: float | None = None
     permute_details: list[dict] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float:
+        return self.before_us / self.after_us if self.after_us else 1.0
+
+    @property
+    def slower(self) -> bool:
+        """Predicted slower than the original (by more than rounding)."""
+        return self.after_us > self.before_us * (1 + SLOWER_TOLERANCE)
+
+    def why_slower(self) -> str:
+        """The compute categories that grew, largest first, and exposed communication."""
+        grew = sorted(((after - before, name) for name, (before, after)
+                       in self.compute_breakdown.items() if after > before), reverse=True)
+        parts = [f"{name} +{extra:.1f} us" for extra, name in grew if extra >= 0.05]
+        if self.exposed_us > self.original_exposed_us:
+            parts.append(f"exposed communication +{self.exposed_us - self.original_exposed_us:.1f} us")
+        return ", ".join(parts)
+
+
+SLOWER_TOLERANCE = 0.005   # a site within 0.5% of the original is not called slower
 
 
 @dataclass
@@ -87,9 +112,11 @@ class Report:
         return {
             "topology": self.topology, "hardware": self.hardware,
             "clock_ghz": self.clock_ghz, "options": self.options,
-            "sites": [asdict(row) for row in self.sites],
+            "sites": [dict(asdict(row), speedup=row.speedup, slower=row.slower)
+                      for row in self.sites],
             "original_us": self.original_us, "rewritten_us": self.rewritten_us,
-            "compute_bound_us": self.compute_bound_us,
+            "compute_bound_us": self.compute_bound_us, "speedup": self.speedup,
+            "sites_slower": [row.location for row in self.sites if row.slower],
             "original_compute_us": self.original.compute_us,
             "rewritten_compute_us": self.rewritten.compute_us,
             "original_exposed_us": self.original.exposed_us,
@@ -104,25 +131,34 @@ class Report:
             "rewritten_temp_bytes": self.rewritten_temp_bytes,
         }
 
+    @property
+    def speedup(self) -> float:
+        return self.original_us / self.rewritten_us if self.rewritten_us else 1.0
+
     def format(self) -> str:
-        headers = ["location", "pass", "permutes overlapped", "exposed us", "before us",
-                   "after us", "compute bound us", "left"]
+        headers = ["location", "pass", "permutes overlapped", "exposed us", "compute us",
+                   "before us", "after us", "speedup", "left"]
         rows = []
         for row in self.sites:
             rows.append([row.location, row.pattern.removeprefix("overlap-"),
                          f"{row.overlapped}/{row.permutes}",
                          f"{row.original_exposed_us:.1f} -> {row.exposed_us:.1f}",
+                         f"{row.original_compute_us:.1f} -> {row.rewritten_compute_us:.1f}",
                          f"{row.before_us:.1f}", f"{row.after_us:.1f}",
-                         f"{row.compute_bound_us:.1f}",
+                         f"{row.speedup:.2f}x" + (" SLOWER" if row.slower else ""),
                          ", ".join(row.collectives_left) or "-"])
         rows.append(["total", "", f"{self.overlapped}/{self.permutes}",
                      f"{self.original.exposed_us:.1f} -> {self.rewritten.exposed_us:.1f}",
+                     f"{self.original.compute_us:.1f} -> {self.rewritten.compute_us:.1f}",
                      f"{self.original_us:.1f}", f"{self.rewritten_us:.1f}",
-                     f"{self.compute_bound_us:.1f}",
-                     f"{len(self.rewritten.collectives)}"])
+                     f"{self.speedup:.2f}x", f"{len(self.rewritten.collectives)}"])
         widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
         lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
                  for r in [headers, *rows]]
+        for row in self.sites:
+            if row.slower:
+                lines.append(f"{row.location}: predicted slower ({row.before_us:.1f} -> "
+                             f"{row.after_us:.1f} us): {row.why_slower() or 'see --json'}")
         mib = 2 ** 20
         lines.append(f"TPU temporaries: {self.original_temp_bytes / mib:.1f} MiB -> "
                      f"{self.rewritten_temp_bytes / mib:.1f} MiB; "
@@ -138,7 +174,20 @@ class Report:
         if unknown:
             lines.append(f"warning: trip count not recognised for {', '.join(unknown)}: "
                          "each counted once")
+        lines.append(self.verdict())
         return "\n".join(lines) + "\n"
+
+    def verdict(self) -> str:
+        """One line: the predicted speedup of the whole module and the sites slower."""
+        slower = [row for row in self.sites if row.slower]
+        change = ("faster" if self.rewritten_us < self.original_us * (1 - SLOWER_TOLERANCE)
+                  else "slower" if self.rewritten_us > self.original_us * (1 + SLOWER_TOLERANCE)
+                  else "no faster")
+        text = (f"verdict: predicted {change}, {self.original_us:.1f} us -> "
+                f"{self.rewritten_us:.1f} us ({self.speedup:.2f}x) on {self.topology}")
+        text += (f"; {len(slower)} of {len(self.sites)} site(s) predicted slower"
+                 if slower else "; no site predicted slower")
+        return text + " (a model of the compiled schedule, not a measurement)"
 
 
 def build(source, topology: str | tpu.Topology, pipeline: str = DEFAULT_PIPELINE, *,
@@ -164,7 +213,7 @@ def build_variants(source, topology: str | tpu.Topology, variants: dict[str, dic
     original = analyze(original_compiled, timing, timeline, trip_counts)
     reports = {}
     for name, options in variants.items():
-        options = tpu.tpu_options(options)
+        options = tpu.tpu_options(options, topo)
         compiled, sites = tpu.compile_rewritten(original_compiled.module, topo, pipeline,
                                                 input_name=input_name, **options)
         rewritten = analyze(compiled, timing, timeline, trip_counts)
@@ -270,6 +319,7 @@ class _SiteTime:
     compute_us: float
     exposed_us: float
     collectives: tuple
+    compute_by_category: dict
 
 
 def _site_time(analysis: Analysis, location: str, dots: frozenset,
@@ -283,22 +333,23 @@ def _site_time(analysis: Analysis, location: str, dots: frozenset,
         not c.location and any(_where(m) in dots for m in analysis.matmuls_beside(c)))]
     exposed = (sum(c.exposed_us for c in collectives)
                + sum(p.exposed_us for p in analysis.permutes_at(location)))
-    compute = analysis.compute_by_location.get(location, 0.0)
-    compute += sum(analysis.compute_by_name.get(name, 0.0) for name in also)
-    for collective in collectives:
-        for dot in analysis.matmuls_beside(collective):
-            if _where(dot) != location:
-                compute += analysis.compute_by_name.get(dot.name, 0.0)
-    return _SiteTime(compute + exposed, compute, exposed, tuple(collectives))
+    names = set(analysis.names_by_location.get(location, ())) | set(also)
+    names |= {dot.name for collective in collectives
+              for dot in analysis.matmuls_beside(collective)}
+    compute = sum(analysis.compute_by_name.get(name, 0.0) for name in names)
+    return _SiteTime(compute + exposed, compute, exposed, tuple(collectives),
+                     analysis.compute_by_category(names))
 
 
 def _row(location, sites, original, rewritten, model, dots, input_name) -> SiteRow:
     hlo_location = location
     if input_name:   # HLO metadata spells the parsed input "-"
-        for loc in {*rewritten.compute_by_location, *(p.location for p in rewritten.permutes)}:
-            if _located(loc, input_name) == location:
-                hlo_location = loc
-                break
+        spellings = {loc for analysis in (rewritten, original)
+                     for loc in (*analysis.compute_by_location,
+                                 *(p.location for p in analysis.permutes),
+                                 *(c.location for c in analysis.collectives))}
+        hlo_location = next((loc for loc in sorted(spellings)
+                             if _located(loc, input_name) == location), location)
     permutes = rewritten.permutes_at(hlo_location)
     dots = frozenset(_hlo_spelling(d, hlo_location, location) for d in dots)
     loops = [loop for loop in rewritten.loops if loop.location == hlo_location]
@@ -307,6 +358,10 @@ def _row(location, sites, original, rewritten, model, dots, input_name) -> SiteR
     before = _site_time(original, hlo_location, dots)
     after = _site_time(rewritten, hlo_location, dots,
                        also=tuple(c.name for c in copies if c.location != hlo_location))
+    breakdown = {name: [before.compute_by_category.get(name, 0.0),
+                        after.compute_by_category.get(name, 0.0)]
+                 for name in schedule.CATEGORIES
+                 if name in before.compute_by_category or name in after.compute_by_category}
     estimates = model.get(location, [])
     return SiteRow(
         location=location, pattern=sites[0].pattern, applied=all(s.applied for s in sites),
@@ -316,6 +371,8 @@ def _row(location, sites, original, rewritten, model, dots, input_name) -> SiteR
         exposed_us=after.exposed_us, original_exposed_us=before.exposed_us,
         before_us=before.time_us, after_us=after.time_us,
         compute_bound_us=min(before.compute_us, after.compute_us),
+        original_compute_us=before.compute_us, rewritten_compute_us=after.compute_us,
+        compute_breakdown=breakdown,
         collectives_left=[c.opcode for c in after.collectives],
         original_collectives=[c.opcode for c in before.collectives],
         trip_counts=[loop.trip_count for loop in loops],

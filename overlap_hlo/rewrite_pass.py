@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
@@ -46,7 +46,7 @@ class Site:
     kind: str = ""                   # the reason, grouped for statistics
     estimate: Estimate | None = None
     rule: str = ""                   # what decided a rewrite (threshold, cost model)
-    profile_named: bool = True       # the estimate's profile was chosen (not the default)
+    profile_named: bool = True       # the estimate's profile was named (else not shown)
     rings: int = 0                   # loops built with `plan` (a gather's dots may need 2)
 
     @property
@@ -60,7 +60,7 @@ class Site:
         facts = [self.detail]
         if self.applied and self.rule:
             facts.append(f"decided by {self.rule}")
-        if self.estimate is not None:
+        if self.estimate is not None and self.profile_named:
             facts.append(self.prediction())
         if not self.applied:
             facts.insert(0, self.reason)
@@ -70,12 +70,11 @@ class Site:
 
     def prediction(self) -> str:
         """The predicted times, labelled with the profile that made them; a rewritten
-        site predicted slower than the original says so."""
+        site predicted slower than the original says so. The remark shows it only when
+        the profile was named: no run presents an unchosen profile's figures."""
         e = self.estimate
         text = (f"predicted {e.before_us:.1f} us -> {e.after_us:.1f} us ({e.speedup:.2f}x) "
                 f"on {e.hardware}")
-        if not self.profile_named:
-            text += " (default profile, not chosen)"
         if self.applied and e.after_us > e.before_us:
             text += ": predicted slower than the original"
         return text
@@ -232,9 +231,11 @@ class RewritePass:
     hardware: str = field(default="", metadata={
         "help": "decide by the cost model for this hardware profile "
                 f"({', '.join(cost.PROFILES)}) or .json profile file"})
-    bidirectional: bool = field(default=False, metadata={
+    bidirectional: bool | None = field(default=None, metadata={
         "help": "two streams in opposite ring directions, about N/2 rounds "
-                "(groups of 2 fall back to one stream)"})
+                "(groups of 2 fall back to one stream); false: one stream. Default: "
+                "when the cost model decides (a hardware profile, no threshold-mib), the "
+                "form it predicts faster for each site, else one stream"})
     unroll: int | None = field(default=None, metadata={
         "help": "all_gather ring rounds per loop iteration, 1 to 16 (the remainder is "
                 "emitted after the loop); default 1, but 2 on TPU (the loop then alternates "
@@ -399,19 +400,26 @@ class RewritePass:
         compat.apply_patterns_and_fold_greedily(module_op, patterns.freeze(), config)
         return failure[0] if failure else None
 
-    def decide(self, communicated: ir.RankedTensorType, shape: SiteShape,
+    def decide(self, communicated: ir.RankedTensorType, shape_of: Callable[[bool], SiteShape],
                detail: str) -> Decision:
-        """The site's predicted times and the rule that decided to rewrite it; raises
-        Unsupported (naming the rule) when it is not worth it.
+        """The site's form, predicted times and the rule that decided to rewrite it;
+        raises Unsupported (naming the rule) when it is not worth it. The ring to build
+        is the estimate's plan.
 
-        An explicit threshold-mib decides by size (it overrides the cost model);
-        without one, a hardware profile decides by the cost model, and with neither
-        the default threshold applies. Predictions use the default profile when no
-        hardware is named.
+        `shape_of(bidirectional)` is the site with one stream (False) or two. An
+        explicit threshold-mib decides by size (it overrides the cost model); without
+        one, a hardware profile decides by the cost model, and with neither the default
+        threshold applies. The form is `bidirectional` when given; else the one the cost
+        model predicts faster when it decides; else one stream. Predictions use the
+        default profile when no hardware is named (and are then not shown).
         """
         profile = self.profile
-        estimate = cost.estimate(shape, profile)
-        if self.threshold_mib is not None or not self.hardware:
+        by_model = self.threshold_mib is None and bool(self.hardware)
+        forms = ([self.bidirectional] if self.bidirectional is not None
+                 else [False, True] if by_model else [False])
+        estimates = [cost.estimate(shape_of(form), profile) for form in forms]
+        estimate = min(estimates, key=lambda e: e.after_us)   # a tie: one stream
+        if not by_model:
             threshold = DEFAULT_THRESHOLD_MIB if self.threshold_mib is None else self.threshold_mib
             rule = f"threshold-mib={threshold:g} " + (
                 "(the default: neither threshold-mib nor hardware given)"
@@ -427,7 +435,11 @@ class RewritePass:
             raise Unsupported(f"not profitable on {profile.name} (the cost model: less than "
                               f"{cost.MARGIN:.0%} faster)", kind="not profitable",
                               detail=detail, estimate=estimate)
-        return Decision(estimate, f"the cost model for {profile.name}")
+        chosen = ""
+        if len({e.plan.streams for e in estimates}) > 1:
+            chosen = (f", {'two streams' if estimate.plan.streams == 2 else 'one stream'} "
+                      "(the faster form)")
+        return Decision(estimate, f"the cost model for {profile.name}{chosen}")
 
 
 def _convert(f: dataclasses.Field, text: str, pass_name: str):
@@ -446,7 +458,7 @@ def _convert(f: dataclasses.Field, text: str, pass_name: str):
 def eval_type_name(name: str) -> type:
     """Field annotations are strings under `from __future__ import annotations`."""
     return {"float": float, "float | None": float, "int": int, "int | None": int,
-            "bool": bool, "str": str}[name]
+            "bool": bool, "bool | None": bool, "str": str}[name]
 
 
 def require_supported_types(*types: ir.Type) -> None:

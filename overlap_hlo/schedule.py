@@ -59,19 +59,19 @@ class Timing:
         return self.hardware.shift_us(nbytes)
 
     def collective_us(self, opcode: str, in_bytes: int, out_bytes: int, n: int) -> float:
-        """A library collective over a ring of n, using both link directions."""
+        """A library collective over a ring of n, using both link directions (the cost
+        model's `Hardware.collective_us`; an all-reduce is a reduce-scatter then an
+        all-gather)."""
         if n <= 1:
             return 0.0
-        step = self.hardware.shift_us
+        ring = self.hardware.collective_us
         if opcode == "all-gather":
-            return (n - 1) * step(out_bytes / n, directions=2)
-        if opcode == "reduce-scatter":
-            return (n - 1) * step(in_bytes / n, directions=2)
+            return ring(out_bytes / n, n)
+        if opcode in ("reduce-scatter", "all-to-all", "ragged-all-to-all"):
+            return ring(in_bytes / n, n)
         if opcode == "all-reduce":
-            return 2 * (n - 1) * step(in_bytes / n, directions=2)
-        if opcode in ("all-to-all", "ragged-all-to-all"):
-            return (n - 1) * step(in_bytes / n, directions=2)
-        return step(in_bytes)   # collective-permute, collective-broadcast
+            return 2 * ring(in_bytes / n, n)
+        return self.hardware.shift_us(in_bytes)   # collective-permute, collective-broadcast
 
 
 @dataclass(frozen=True)
@@ -157,6 +157,7 @@ class Analysis:
     exposed_by_location: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     # name -> compute microseconds over all executions (for the original's dots)
     compute_by_name: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    names_by_location: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     hlo_module: object = field(default=None, repr=False)
     proto: ModuleProto | None = field(default=None, repr=False)
     _typed: dict | None = field(default=None, repr=False)
@@ -385,6 +386,7 @@ class _Walker:
             self.result.compute_us += duration
             self.result.compute_by_location[self.location(instr)] += duration
             self.result.compute_by_name[instr.name] += duration
+            self.result.names_by_location[self.location(instr)].add(instr.name)
         return t + duration
 
     def run_loop(self, loop: Instruction, t: float) -> float:
@@ -582,6 +584,7 @@ def typed_instructions(hlo_module) -> dict[str, object]:
 
 
 CATEGORY_OF_ROOT = {"add": "accumulation", "copy": "copies", "broadcast": "initialisation"}
+CATEGORIES = ("dots", "accumulation", "copies", "initialisation", "other")
 
 
 def instruction_category(proto: ModuleProto, instr: Instruction) -> str:

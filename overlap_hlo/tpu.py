@@ -237,14 +237,18 @@ def compile_rewritten(module: ir.Module, topo: Topology, pipeline: str = DEFAULT
     `target` is given), compiled for `topo`, and its sites."""
     rewritten = api.parse(api.serialize(module, bytecode=True))
     sites = api.rewrite_module(rewritten, pipeline, input_name=input_name,
-                               **tpu_options(options))
+                               **tpu_options(options, topo))
     return compile_module(rewritten, topo), sites
 
 
-def tpu_options(options: dict) -> dict:
-    """Pass `options` for a TPU compile: those given (None: the default), target tpu
-    unless another is given."""
-    return {"target": "tpu", **{k: v for k, v in options.items() if v is not None}}
+def tpu_options(options: dict, topo: Topology) -> dict:
+    """Pass `options` for a TPU compile on `topo`: those given (None: the default),
+    target tpu unless another is given, and, when neither a threshold nor a profile
+    is, the slice's profile: its cost model decides each site."""
+    given = {k: v for k, v in options.items() if v is not None}
+    if "threshold_mib" not in given and "hardware" not in given:
+        given["hardware"] = topo.hardware.name
+    return {"target": "tpu", **given}
 
 
 # -- the placeholder lowering (its private JAX paths are in compat.py) ----------------

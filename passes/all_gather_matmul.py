@@ -371,10 +371,12 @@ class OverlapAllGatherMatmul(RewritePass):
         assembly = None if reused is None else Assembly(gather.results[0].type, block)
         ring_dots = [c.dot for c in consumers]
         sums = any(c.result_dim is None for c in consumers)
-        plan = ring_plan(ring.size, self, sums=sums)
-        shape = cost.SiteShape(ring.size, sum(flops(dot) for dot in ring_dots),
-                               cost.element_name(ring_dots[0].operands[0].type.element_type),
-                               mib(shard.type) * 2**20, plan)
+        def shape_of(bidirectional: bool) -> cost.SiteShape:
+            return cost.SiteShape(
+                ring.size, sum(flops(dot) for dot in ring_dots),
+                cost.element_name(ring_dots[0].operands[0].type.element_type),
+                mib(shard.type) * 2**20, ring_plan(ring.size, self, sums, bidirectional))
+
         if sums and self.platform == "tpu":
             raise Unsupported(
                 "a ring that sums over the gathered (contracting) dim reads and writes its "
@@ -382,8 +384,9 @@ class OverlapAllGatherMatmul(RewritePass):
                 "libtpu's estimates): prefetch the gathered weight one layer ahead instead "
                 "(XLA's collective pipeliner), or name another --target to build the ring",
                 kind="summing ring on TPU", detail=detail,
-                estimate=cost.estimate(shape, self.profile))
-        decision = self.decide(gather.results[0].type, shape, detail)
+                estimate=cost.estimate(shape_of(bool(self.bidirectional)), self.profile))
+        decision = self.decide(gather.results[0].type, shape_of, detail)
+        plan = decision.estimate.plan
         ring.require_pairs(len(groups) * plan.permutes)
         if ring.uses_channel:
             scan.require_channels(len(groups) * plan.permutes)
@@ -552,10 +555,13 @@ def analyze(use: ViewedUse, gathered: list[ir.Value], block: int,
                     tuple(use.reads), block * use.factor, f32_sums)
 
 
-def ring_plan(n: int, options: RewritePass, sums: bool = False) -> RingPlan:
+def ring_plan(n: int, options: RewritePass, sums: bool = False,
+              bidirectional: bool | None = None) -> RingPlan:
     """The schedule `emit_loop` builds for a group of `n` with these options; `sums`:
     a consumer sums products (a contracting gathered dim)."""
-    return RingPlan(GATHER, n, options.bidirectional, options.unroll, in_loop_sum=sums)
+    if bidirectional is None:
+        bidirectional = bool(options.bidirectional)
+    return RingPlan(GATHER, n, bidirectional, options.unroll, in_loop_sum=sums)
 
 
 def permute_count(n: int, options: RewritePass, sums: bool = False) -> int:

@@ -117,11 +117,12 @@ class OverlapMatmulReduceScatter(RewritePass):
             detail += (f"; the elementwise ops making {len(prologues)} of its dots' operands "
                        f"({sum(len(p.ops) for p in prologues.values())} op(s)) run on each "
                        "block, fused into its dot")
-        plan = ring_plan(ring.size, self, block)
-        decision = self.decide(top.results[0].type, cost.SiteShape(
+        decision = self.decide(top.results[0].type, lambda bidirectional: cost.SiteShape(
             ring.size, sum(flops(dot) for dot in dots),
             cost.element_name(dots[0].operands[0].type.element_type),
-            mib(result_type) * 2**20, plan), detail)
+            mib(result_type) * 2**20, ring_plan(ring.size, self, block, bidirectional)),
+            detail)
+        plan = decision.estimate.plan
         ring.require_pairs(plan.permutes)
         if ring.uses_channel:
             scan.require_channels(plan.permutes)
@@ -271,13 +272,16 @@ def sliced_prologues(dots: list[ir.Operation], result_dim: int
     return found
 
 
-def ring_plan(n: int, options: RewritePass, block: int = 2) -> RingPlan:
+def ring_plan(n: int, options: RewritePass, block: int = 2,
+              bidirectional: bool | None = None) -> RingPlan:
     """The schedule `emit_loop` builds for a group of `n` with these options; `block`:
     the rows of the scattered block (one row cannot be split into two chains). One
     round per loop iteration, whatever `unroll` says: the two chains copy no buffer,
     and in a second round of one iteration the TPU compiler split an add from its dot
     (the add then waited for a transfer)."""
-    return RingPlan(SCATTER, n, options.bidirectional, 1, chains=2 if block >= 2 else 1)
+    if bidirectional is None:
+        bidirectional = bool(options.bidirectional)
+    return RingPlan(SCATTER, n, bidirectional, 1, chains=2 if block >= 2 else 1)
 
 
 def permute_count(n: int, options: RewritePass) -> int:

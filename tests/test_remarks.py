@@ -81,19 +81,19 @@ def one_site(inputs, **options):
     return site
 
 
-def test_default_threshold_is_named_and_the_profile_was_not_chosen():
+def test_default_threshold_is_named_and_no_unchosen_prediction_is_shown():
     site = one_site(SMALL)
     assert not site.applied
     assert "below threshold-mib=1 (the default: neither threshold-mib nor hardware given)" \
         in site.reason
-    assert "on h100-sxm (default profile, not chosen)" in site.format()
+    assert site.estimate.hardware == "h100-sxm" and "predicted" not in site.format()
 
 
 def test_default_threshold_rewrite_names_the_rule():
     site = one_site(BIG)
     line = site.format()
     assert site.applied and "decided by threshold-mib=1 (the default" in line
-    assert "MiB communicated" in line and "(default profile, not chosen)" in line
+    assert line.endswith("MiB communicated") and "predicted" not in line
 
 
 def test_explicit_threshold_over_a_named_profile():
@@ -109,7 +109,9 @@ def test_explicit_threshold_over_a_named_profile():
 
 def test_cost_model_decides_when_a_profile_is_named():
     rewritten = one_site(BIG, hardware="tpu-v5e")
-    assert rewritten.applied and rewritten.rule == "the cost model for tpu-v5e"
+    assert rewritten.applied
+    assert rewritten.rule == "the cost model for tpu-v5e, two streams (the faster form)"
+    assert rewritten.plan.streams == 2
     assert "predicted slower" not in rewritten.format()
     unchanged = one_site(SMALL, hardware="tpu-v5e")
     assert not unchanged.applied and unchanged.kind == "not profitable"
@@ -146,3 +148,15 @@ def test_remarks_name_the_op_they_mean():
     assert gather.location == "m.mlir:3:10" and scatter.location == "m.mlir:5:10"
     assert "decomposed by the all_gather ring at m.mlir:3:10 instead" in scatter.reason
     assert "at m.mlir:5:10, which keeps its collective" in gather.detail
+
+
+def test_the_form_is_chosen_per_site_unless_given():
+    """With a profile and no threshold the model builds the faster of one and two
+    streams; an explicit bidirectional=false/true, or a threshold, fixes the form."""
+    chosen = one_site(BIG, hardware="tpu-v5e")
+    one = one_site(BIG, hardware="tpu-v5e", bidirectional=False)
+    two = one_site(BIG, hardware="tpu-v5e", bidirectional=True)
+    assert chosen.plan.streams == 2 and chosen.estimate == two.estimate
+    assert one.plan.streams == 1 and one.estimate.after_us > two.estimate.after_us
+    assert one.rule == two.rule == "the cost model for tpu-v5e"
+    assert one_site(BIG, threshold_mib=0, hardware="tpu-v5e").plan.streams == 1

@@ -6,6 +6,7 @@ Skipped only when libtpu cannot be imported (pip install -e '.[tpu]').
 """
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -30,6 +31,7 @@ SCATTER = "overlap-matmul-reduce-scatter"
 # What a gather or scatter compiles to (small scatters become an all-reduce on TPU).
 GATHER_SCATTER_OPCODES = {"all-gather", "reduce-scatter", "all-reduce"}
 B, S, D, F = 1, 1024, 512, 2048      # small: a few seconds per compile
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
 
 def mlp(x, w_gate, w_up, w_down):
@@ -104,6 +106,20 @@ def check_structure(rep: report.Report, ring: int) -> None:
         assert value >= rep.compute_bound_us > 0
     for row in rep.sites:
         assert min(row.before_us, row.after_us) >= row.compute_bound_us > 0
+        check_verdict_of(row)
+    assert rep.format().splitlines()[-1].startswith(
+        f"verdict: predicted {'faster' if rep.speedup > 1.005 else ''}")
+
+
+def check_verdict_of(row):
+    """A row's compute is its breakdown's sum, before and after; a slower row says so."""
+    before = sum(pair[0] for pair in row.compute_breakdown.values())
+    after = sum(pair[1] for pair in row.compute_breakdown.values())
+    assert before == pytest.approx(row.original_compute_us) and before > 0
+    assert after == pytest.approx(row.rewritten_compute_us) and after > 0
+    assert row.compute_breakdown["dots"][1] > 0
+    assert row.slower == (row.after_us > row.before_us * 1.005)
+    assert row.speedup == pytest.approx(row.before_us / row.after_us)
 
 
 def test_one_stream_v5e(one_stream):
@@ -214,6 +230,27 @@ def test_cli_json_and_timeline(tmp_path, capsys):
         assert site["overlapped"] == sum(p["overlapped"] for p in site["permute_details"])
     assert svg.read_text().lstrip().startswith("<?xml")
     assert "total" in printed.out and f"{data['overlapped']}/{data['permutes']}" in printed.out
+    assert data["speedup"] == pytest.approx(data["original_us"] / data["rewritten_us"])
+    assert data["sites_slower"] == [s["location"] for s in data["sites"] if s["slower"]]
+    assert printed.out.splitlines()[-1].startswith("verdict: predicted ")
+    assert f"({data['speedup']:.2f}x) on v5e:2x4" in printed.out
+
+
+def test_cli_flags_a_slower_site_and_says_why(tmp_path, capsys):
+    """A tiny module rewritten anyway (threshold 0) is slower: the report flags each
+    site, gives the categories that grew, and an unchanged run reports real figures."""
+    code = report_cli.main([str(EXAMPLES / "tp_mlp.mlir"), "--tpu=v5e:2x4",
+                            "--threshold-mib=0", "--no-bidirectional"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.count(" SLOWER") == 2 and "predicted slower (" in out
+    assert "exposed communication +" in out
+    assert "verdict: predicted slower" in out and "2 of 2 site(s) predicted slower" in out
+    assert report_cli.main([str(EXAMPLES / "tp_mlp.mlir"), "--tpu=v5e:2x4"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()
+            if line.startswith(str(EXAMPLES / "tp_mlp.mlir"))]
+    assert len(rows) == 2 and all(float(row[6]) > 0 for row in rows)   # before us
+    assert all(row[-1] in ("all-gather", "reduce-scatter") for row in rows)
 
 
 @pytest.mark.parametrize("argv, code, message", [

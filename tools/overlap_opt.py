@@ -177,8 +177,11 @@ def add_pass_flags(parser: argparse.ArgumentParser) -> None:
                         help="decide each site by the cost model for this hardware profile "
                              f"({', '.join(PROFILES)}) or a JSON profile file; an explicit "
                              "--threshold-mib overrides it")
-    parser.add_argument("--bidirectional", action="store_const", const=True, default=None,
-                        help="rings in both directions (about N/2 rounds)")
+    parser.add_argument("--bidirectional", action=argparse.BooleanOptionalAction,
+                        default=None,
+                        help="rings in both directions (about N/2 rounds), or one stream "
+                             "(--no-bidirectional); default: the faster by the --hardware "
+                             "cost model, else one stream")
     parser.add_argument("--unroll", type=_unroll, metavar="N",
                         help="ring rounds per loop iteration, 1 to 16 (default 2 for TPU, "
                              "else 1)")

@@ -11,7 +11,7 @@
 // CHECK: Options:
 // CHECK-NEXT: threshold-mib=<float>  (default: unset)
 // CHECK: hardware=<str>  (default: unset)
-// CHECK: bidirectional=<bool>  (default: false)
+// CHECK: bidirectional=<bool>  (default: unset)
 // CHECK: unroll=<int>  (default: unset)
 // CHECK: but 2 on TPU
 // CHECK: target=<str>  (default: unset)
@@ -20,7 +20,7 @@
 // CHECK: Options:
 // CHECK-NEXT: threshold-mib=<float>  (default: unset)
 // CHECK: hardware=<str>  (default: unset)
-// CHECK: bidirectional=<bool>  (default: false)
+// CHECK: bidirectional=<bool>  (default: unset)
 // CHECK: unroll=<int>  (default: unset)
 // CHECK: target=<str>  (default: unset)
 // CHECK: Upstream MLIR passes such as canonicalize and cse can be used in --pass-pipeline
