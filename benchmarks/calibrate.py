@@ -79,6 +79,7 @@ class Sample:
         data = dataclasses.asdict(self)
         data["shapes"] = [dict(group_size=s.group_size, flops=s.flops,
                                element_type=s.element_type, block_bytes=s.block_bytes,
+                               whole_bytes=s.whole_bytes, sliced_bytes=s.sliced_bytes,
                                plan={f.name: getattr(s.plan, f.name)
                                      for f in dataclasses.fields(RingPlan) if f.init})
                           for s in self.shapes]
@@ -90,7 +91,8 @@ class Sample:
         shapes = tuple(cost.SiteShape(s["group_size"], s["flops"], s["element_type"],
                                       s["block_bytes"],
                                       RingPlan(**{k: v for k, v in s["plan"].items()
-                                                  if k in known}))
+                                                  if k in known}),
+                                      s.get("whole_bytes", 0.0), s.get("sliced_bytes", 0.0))
                        for s in data["shapes"])
         return cls(**{**data, "shapes": shapes, "size": tuple(data.get("size", ()))})
 
@@ -221,7 +223,7 @@ def collect(profiles: list[str], layers: list[str], sets: list | None = None) ->
                                 or not row.applied:   # a site the TPU forms leave
                             continue
                         sample = Sample(profile, layer, which, variant, row.pattern,
-                                        tuple(shape_of(e, topo.hardware) for e in estimates),
+                                        tuple(e.shape for e in estimates),
                                         row.before_us, row.after_us, tuple(sizes))
                         check_round_trip(sample, topo.hardware, row)
                         samples.append(sample)
@@ -230,19 +232,8 @@ def collect(profiles: list[str], layers: list[str], sets: list | None = None) ->
     return samples
 
 
-def shape_of(estimate: cost.Estimate, hw: cost.Hardware) -> cost.SiteShape:
-    """The site's shape, read back from the terms of its estimate on `hw` (bf16 dots:
-    the layers' element type)."""
-    n = estimate.group_size
-    flops_per_us = 1e6 / hw.matmul_us(1e6, "bf16")
-    flops = estimate.block_compute_us * n * flops_per_us
-    block_bytes = ((estimate.shift_us - hw.latency_us) * 1e-6
-                   * hw.link_gbps * 1e9 * hw.link_efficiency)
-    return cost.SiteShape(n, flops, "bf16", block_bytes, estimate.plan)
-
-
 def check_round_trip(sample: Sample, hw: cost.Hardware, row) -> None:
-    """The shapes read back give the report's own model figures."""
+    """The shapes give the report's own model figures."""
     before, after = predict(sample, hw)
     if not (np.isclose(before, row.model_before_us, rtol=1e-6)
             and np.isclose(after, row.model_after_us, rtol=1e-6)):

@@ -56,7 +56,8 @@ from overlap_hlo import report, tpu  # noqa: E402
 from overlap_hlo.schedule import Timing  # noqa: E402
 
 # The TPU forms (the report's default target), and the forms every backend runs.
-VARIANTS = {"rewritten": {"threshold_mib": 0},
+VARIANTS = {"chosen per site": {},   # the slice's tpu-* profile decides each site's form
+            "rewritten": {"threshold_mib": 0},
             "bidirectional": {"threshold_mib": 0, "bidirectional": True},
             "portable forms": {"threshold_mib": 0, "target": "cpu"}}
 XLA = "xla windowed einsum"
@@ -85,6 +86,8 @@ class Dims:
 
 PAPER = Dims()
 QUICK = Dims(batch=1, seq=1024, model=512, hidden=2048)
+# 70B-class: Llama-2/3-70B's d_model and MLP width, one 4096-token sequence per group.
+LARGE = Dims(batch=1, seq=4096, model=8192, hidden=28672)
 
 
 # --- the layers ------------------------------------------------------------------------
@@ -191,7 +194,8 @@ def measure(name: str, dims: Dims, topology: str, dp: int, tp: int) -> dict:
     for v in variants.values():
         v["share"] = v["overlapped"] / v["permutes"] if v["permutes"] else None
         assert v["predicted_us"] >= bound, (name, topology, v)
-    return {"layer": name, "topology": topology, "dp": dp, "tp": tp,
+    label = name if dims in (PAPER, QUICK) else f"{name} 70b"
+    return {"layer": label, "topology": topology, "dp": dp, "tp": tp,
             "hardware": topo.hardware.name, "clock_ghz": topo.chip.clock_ghz,
             "compute_bound_us": bound, "variants": variants,
             "seconds": time.perf_counter() - start}
@@ -264,11 +268,32 @@ def bound_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def verdict(results: list[dict]) -> str:
+    """The forms chosen per site against the original and XLA's windowed einsum."""
+    chosen = [r["variants"]["chosen per site"]["predicted_us"] for r in results]
+    original = [r["variants"][ORIGINAL]["predicted_us"] for r in results]
+    xla = [r["variants"][XLA]["predicted_us"] for r in results]
+    speedups = np.array(original) / np.array(chosen)
+    against_xla = np.array(xla) / np.array(chosen)
+    ratios = [r["variants"]["chosen per site"]["compute_us"]
+              / r["variants"][ORIGINAL]["compute_us"] for r in results]
+    shares = [(v["overlapped"], v["permutes"]) for r in results
+              for v in [r["variants"]["chosen per site"]]]
+    return (f"Chosen per site, over {len(results)} layer/slice pairs: against the original "
+            f"{speedups.min():.2f}-{speedups.max():.2f}x, geometric mean "
+            f"{np.exp(np.mean(np.log(speedups))):.3f}x, {int(np.sum(speedups < 0.995))} "
+            f"slower; against XLA's windowed einsum {against_xla.min():.2f}-"
+            f"{against_xla.max():.2f}x, at least as fast in "
+            f"{int(np.sum(against_xla >= 0.995))}; compute {min(ratios):.2f}-"
+            f"{max(ratios):.2f}x the original's; permutes overlapped "
+            f"{sum(o for o, _ in shares)}/{sum(p for _, p in shares)}.")
+
+
 def model_table(results: list[dict]) -> str:
     lines = ["| layer | slice | site | schedule before -> after us | model before -> after us "
              "| error before, after |", "|---|---|---|---|---|---|"]
     for r in results:
-        for site in r["variants"]["rewritten"]["sites"]:
+        for site in r["variants"]["chosen per site"]["sites"]:
             if site["model_after_us"] is None:
                 continue
             lines.append(
@@ -334,6 +359,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="small shapes, v5e:2x4 and v6e:2x4 only (a smoke test)")
     parser.add_argument("--layers", default=",".join(LAYERS))
+    parser.add_argument("--no-70b", action="store_true",
+                        help="leave out the 70B-class dims (on the 8-device slices)")
     parser.add_argument("--slices", default=",".join(s for s, _, _ in SLICES))
     args = parser.parse_args(argv)
     dims = QUICK if args.quick else PAPER
@@ -344,14 +371,17 @@ def main(argv=None) -> int:
             "versions": versions(), "python": platform.python_version(),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
             "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
-            "dims": dims.__dict__, "source": source_state()}
+            "dims": dims.__dict__, "large_dims": LARGE.__dict__, "source": source_state()}
     print(f"{info['date']}: jax {info['versions']['jax']}, libtpu {info['versions']['libtpu']}")
-    runs = [(name, s) for name in args.layers.split(",") for s in slices]
+    runs = [(name, s, dims) for name in args.layers.split(",") for s in slices]
     if not args.quick and args.slices == parser.get_default("slices"):
-        runs += [(name, s) for name, s in EXTRA if name in args.layers.split(",")]
+        runs += [(name, s, dims) for name, s in EXTRA if name in args.layers.split(",")]
+    if not args.quick and not args.no_70b:
+        runs += [(name, s, LARGE) for name in args.layers.split(",") for s in slices
+                 if s[1] == 1]
     results = []
-    for name, (topology, dp, tp) in runs:
-        result = measure(name, dims, topology, dp, tp)
+    for name, (topology, dp, tp), size in runs:
+        result = measure(name, size, topology, dp, tp)
         v = result["variants"]
         print(f"{name:7s} {topology:10s} " + "  ".join(
             f"{c}: {v[c]['overlapped']}/{v[c]['permutes']} {v[c]['predicted_us']:.0f}us"
@@ -366,7 +396,8 @@ def main(argv=None) -> int:
         + (f" with uncommitted changes in {', '.join(info['source']['uncommitted'])}"
            if info['source']['uncommitted'] else "") + ".",
         "Each cell: permutes overlapped / permutes in the schedule, predicted step time, TPU "
-        "temporaries.", table(results), bound_table(results), model_table(results),
+        "temporaries.", verdict(results), table(results), bound_table(results),
+        model_table(results),
         model_errors(results)])
     print(text)
     if args.table:

@@ -5,6 +5,8 @@ For one site on a ring of N devices, with T_c the time of one block's partial do
 
     collective then dot:  ceil((N - 1) / 2) * latency + (N - 1) * T_b2 + N * T_c
     decomposed:           sum over rounds r of max(C_r, T_m if a shift is in flight)
+                          (a reduce_scatter ring: max(C_r, T_m + C_r / chains), as
+                          each chain sends the sum its dot has just made)
                           + rounds * step overhead + loop iterations * loop overhead
 
 where the rounds, the shifts in flight in each and the loop's iterations are the
@@ -12,7 +14,9 @@ ring's plan (`ring_plan.RingPlan`, the schedule the pass builds) and C_r = (bloc
 computed in round r) * T_c: one block per round with one stream, two with a
 bidirectional ring (whose two shifts use both directions of the links, so a round
 still costs one T_m). T_c = FLOPs / (peak FLOP/s for the element type x matmul
-efficiency); T_m = latency + bytes / (one-direction link bandwidth x link
+efficiency), or, when longer, the bytes the dots move in device memory (weights read
+whole by every partial dot, each block's share of the sliced operand and result) at
+0.8 x the datasheet bandwidth; T_m = latency + bytes / (one-direction link bandwidth x link
 efficiency); T_b2 is a block's bytes over both directions of the links: the library
 collective is given its best case, a bidirectional ring, whose ceil((N-1)/2) steps each
 pay one latency. The step overhead of a
@@ -31,9 +35,10 @@ import os
 import stat
 from dataclasses import dataclass, fields
 
-from .ring_plan import RingPlan
+from .ring_plan import SCATTER, RingPlan
 
 MARGIN = 0.05
+MEMORY_EFFICIENCY = 0.8     # of the datasheet device-memory bandwidth (an assumption)
 
 
 @dataclass(frozen=True)
@@ -51,10 +56,18 @@ class Hardware:
     source: str = ""
     step_us_per_mib: float = 0.0  # per ring round and MiB of the block (its copies, adds)
     platform: str = ""            # "tpu", "gpu" or "cpu": the rewrite's forms for it
+    hbm_gbps: float = 0.0         # device memory GB/s (0: memory traffic not priced)
 
     def matmul_us(self, flops: float, element_type: str) -> float:
         peak = self.tflops.get(element_type) or self.tflops.get("default") or min(self.tflops.values())
         return flops / (peak * 1e12 * self.matmul_efficiency) * 1e6
+
+    def dot_us(self, flops: float, nbytes: float, element_type: str) -> float:
+        """A dot's time on a roofline: its FLOPs or the bytes it reads and writes in
+        device memory, whichever takes longer."""
+        memory = (nbytes / (self.hbm_gbps * 1e9 * MEMORY_EFFICIENCY) * 1e6
+                  if self.hbm_gbps else 0.0)
+        return max(self.matmul_us(flops, element_type), memory)
 
     def step_us(self, block_bytes: float) -> float:
         """The overhead of one ring round shifting blocks of `block_bytes`."""
@@ -110,7 +123,8 @@ class Hardware:
             if not _number(getattr(self, name)) or getattr(self, name) <= 0:
                 raise ValueError(f"{where}: '{name}' must be a positive number")
             figures[name] = getattr(self, name)
-        for name in ("latency_us", "step_overhead_us", "loop_overhead_us", "step_us_per_mib"):
+        for name in ("latency_us", "step_overhead_us", "loop_overhead_us", "step_us_per_mib",
+                     "hbm_gbps"):
             if not _number(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"{where}: '{name}' must be a number >= 0")
             figures[name] = getattr(self, name)
@@ -188,52 +202,53 @@ TPU_GUESSES = dict(matmul_efficiency=0.7, step_overhead_us=1.0, step_us_per_mib=
 # benchmarks/calibrate.py --write (benchmarks/results/calibration.json holds the same).
 CALIBRATION = "calibrated on libtpu 0.0.50.1 estimated_cycles (benchmarks/calibrate.py, 2026-12-01)"
 CALIBRATED = {
-    "tpu-v4": {"matmul_efficiency": 0.367, "step_overhead_us": 0.35, "step_us_per_mib": 1.67,
-             "loop_overhead_us": 3.03},
-    "tpu-v5e": {"matmul_efficiency": 0.949, "step_overhead_us": 0.0, "step_us_per_mib": 1.7,
-              "loop_overhead_us": 3.57},
-    "tpu-v5p": {"matmul_efficiency": 0.665, "step_overhead_us": 2.61, "step_us_per_mib": 1.36,
-              "loop_overhead_us": 0.0},
-    "tpu-v6e": {"matmul_efficiency": 0.866, "step_overhead_us": 0.16, "step_us_per_mib": 0.82,
-              "loop_overhead_us": 2.76},
+    "tpu-v4": {"matmul_efficiency": 0.379, "step_overhead_us": 1.14, "step_us_per_mib": 0.0,
+             "loop_overhead_us": 0.85},
+    "tpu-v5e": {"matmul_efficiency": 0.968, "step_overhead_us": 0.32, "step_us_per_mib": 0.0,
+             "loop_overhead_us": 1.93},
+    "tpu-v5p": {"matmul_efficiency": 0.713, "step_overhead_us": 2.65, "step_us_per_mib": 0.0,
+             "loop_overhead_us": 0.0},
+    "tpu-v6e": {"matmul_efficiency": 0.902, "step_overhead_us": 0.75, "step_us_per_mib": 0.0,
+             "loop_overhead_us": 0.36},
 }
 
 
-def _tpu(name: str, tflops: dict, link_gbps: float, datasheet: str) -> Hardware:
-    """A tpu-* profile: datasheet peaks and links, calibrated compute-side figures."""
+def _tpu(name: str, tflops: dict, link_gbps: float, hbm_gbps: float,
+         datasheet: str) -> Hardware:
+    """A tpu-* profile: datasheet peaks, links and memory, calibrated compute-side figures."""
     return Hardware(name, tflops, link_gbps=link_gbps, latency_us=_TPU_LATENCY_US,
-                    platform="tpu", **CALIBRATED[name],
+                    platform="tpu", hbm_gbps=hbm_gbps, **CALIBRATED[name],
                     source=f"{datasheet}; compute-side figures "
                     f"(matmul efficiency, overheads) {CALIBRATION}")
 
 
 PROFILES: dict[str, Hardware] = {p.name: p for p in [
-    _tpu("tpu-v4", {"bf16": 275, "f32": 275, "int8": 275}, 50,
-         "cloud.google.com/tpu/docs/v4: 275 TFLOP/s bf16/int8 per chip; "
+    _tpu("tpu-v4", {"bf16": 275, "f32": 275, "int8": 275}, 50, 1200,
+         "cloud.google.com/tpu/docs/v4: 275 TFLOP/s bf16/int8 per chip, HBM 1200 GB/s; "
          "ICI 50 GB/s per link per direction (Jouppi et al., ISCA 2023, six links)"),
-    _tpu("tpu-v5e", {"bf16": 197, "f32": 197, "int8": 393}, 50,
-         "cloud.google.com/tpu/docs/v5e: 197 TFLOP/s bf16, 393 TOP/s int8; "
+    _tpu("tpu-v5e", {"bf16": 197, "f32": 197, "int8": 393}, 50, 819,
+         "cloud.google.com/tpu/docs/v5e: 197 TFLOP/s bf16, 393 TOP/s int8, HBM 819 GB/s; "
          "ICI 400 GB/s bidirectional per chip over 4 ports = 50 GB/s per port "
          "per direction"),
-    _tpu("tpu-v5p", {"bf16": 459, "f32": 459, "int8": 918}, 100,
-         "cloud.google.com/tpu/docs/v5p: 459 TFLOP/s bf16; ICI 4800 Gbps "
+    _tpu("tpu-v5p", {"bf16": 459, "f32": 459, "int8": 918}, 100, 2765,
+         "cloud.google.com/tpu/docs/v5p: 459 TFLOP/s bf16, HBM 2765 GB/s; ICI 4800 Gbps "
          "(600 GB/s) per chip over 6 ports = 100 GB/s per port per direction"),
-    _tpu("tpu-v6e", {"bf16": 918, "f32": 918, "int8": 1836}, 100,
-         "cloud.google.com/tpu/docs/v6e: 918 TFLOP/s bf16, 1836 TOP/s int8; "
+    _tpu("tpu-v6e", {"bf16": 918, "f32": 918, "int8": 1836}, 100, 1640,
+         "cloud.google.com/tpu/docs/v6e: 918 TFLOP/s bf16, 1836 TOP/s int8, HBM 1640 GB/s; "
          "ICI 800 GB/s bidirectional per chip over 4 ports = 100 GB/s per port "
          "per direction"),
     Hardware("h100-sxm", {"bf16": 989, "f16": 989, "f32": 494, "f8": 1979, "int8": 1979},
-             link_gbps=450, **_GPU,
+             link_gbps=450, hbm_gbps=3350, **_GPU,
              source="NVIDIA H100 datasheet (SXM, dense): 989 TFLOP/s bf16/fp16, 494 tf32, "
-                    "1979 fp8; NVLink 900 GB/s total = 450 GB/s per direction"),
+                    "1979 fp8; HBM3 3350 GB/s; NVLink 900 GB/s total = 450 GB/s per direction"),
     Hardware("h200", {"bf16": 989, "f16": 989, "f32": 494, "f8": 1979, "int8": 1979},
-             link_gbps=450, **_GPU,
+             link_gbps=450, hbm_gbps=4800, **_GPU,
              source="NVIDIA H200 datasheet (SXM, dense): 989 TFLOP/s bf16/fp16, 494 tf32, "
-                    "1979 fp8; NVLink 900 GB/s total = 450 GB/s per direction"),
+                    "1979 fp8; HBM3e 4800 GB/s; NVLink 900 GB/s total = 450 GB/s per direction"),
     Hardware("a100", {"bf16": 312, "f16": 312, "f32": 156, "int8": 624}, link_gbps=300,
-             **_GPU,
-             source="NVIDIA A100 datasheet (SXM, dense): 312 TFLOP/s bf16/fp16, 156 tf32, "
-                    "624 int8; NVLink 600 GB/s total = 300 GB/s per direction"),
+             hbm_gbps=2039, **_GPU,
+             source="NVIDIA A100 datasheet (SXM 80GB, dense): 312 TFLOP/s bf16/fp16, 156 tf32, "
+                    "624 int8; HBM2e 2039 GB/s; NVLink 600 GB/s total = 300 GB/s per direction"),
     Hardware("host-cpu", {"f32": 0.02, "bf16": 0.005, "f16": 0.005, "int8": 0.02},
              link_gbps=2.0, latency_us=50.0, step_overhead_us=20.0, loop_overhead_us=20.0,
              matmul_efficiency=1.0, link_efficiency=1.0, platform="cpu",
@@ -268,6 +283,7 @@ class Estimate:
     exposed_round: int = -1             # the (first) round with no shift in flight
     step_overhead_us: float = 0.0
     plan: RingPlan | None = None        # the ring the prediction is for
+    shape: SiteShape | None = None      # what it was made from
 
     @property
     def speedup(self) -> float:
@@ -290,6 +306,9 @@ class SiteShape:
     element_type: str          # of the dot operands: "bf16", "f32", ...
     block_bytes: float         # one shifted block
     plan: RingPlan
+    whole_bytes: float = 0.0   # operands every partial dot reads whole (the weights)
+    sliced_bytes: float = 0.0  # the sliced operands and the results, whole: one read
+                               # or write of each block's share
 
 
 def estimate(site: SiteShape, hw: Hardware) -> Estimate:
@@ -299,14 +318,32 @@ def estimate(site: SiteShape, hw: Hardware) -> Estimate:
     t_c = hw.matmul_us(site.flops / n, site.element_type)
     t_m = hw.shift_us(site.block_bytes)
     collective = hw.collective_us(site.block_bytes, n)
-    before = collective + n * t_c
-    after = sum(max(blocks * t_c, t_m if sends else 0.0)
-                for blocks, sends in zip(plan.blocks, plan.sends))
+    before = collective + hw.dot_us(site.flops, site.whole_bytes + site.sliced_bytes,
+                                    site.element_type)
+
+    def compute(k: int) -> float:   # round k's dots: each reads the weights whole
+        blocks = plan.blocks[k]
+        return hw.dot_us(blocks * site.flops / n, plan.dots(k) * site.whole_bytes
+                         + blocks * site.sliced_bytes / n, site.element_type)
+
+    after = sum(_round_us(plan, compute(k), t_m if sends else 0.0)
+                for k, sends in enumerate(plan.sends))
     step = hw.step_us(site.block_bytes)
     after += plan.rounds * step + plan.trip_count * hw.loop_overhead_us
     idle = plan.idle_rounds[0] if plan.idle_rounds else -1
     return Estimate(before, after, hw.name, n, t_c, t_m, collective, plan.blocks, idle,
-                    step, plan)
+                    step, plan, site)
+
+
+def _round_us(plan: RingPlan, compute: float, shift: float) -> float:
+    """One round: its dots and its shifts run side by side. A reduce_scatter ring sends
+    the sum a chain has just computed, so a chain's shift starts after its dot: with
+    two chains in the round (a block's halves, or the two streams' blocks) the shift
+    waits for one of them, else for the whole round's compute."""
+    if plan.kind != SCATTER or not shift:
+        return max(compute, shift)
+    chains = plan.chains if plan.streams == 1 else plan.streams
+    return max(compute, shift + compute / chains)
 
 
 def element_name(element_type) -> str:

@@ -64,3 +64,21 @@ def flops(dot: ir.Operation) -> float:
     for size in dot.results[0].type.shape:
         result *= size
     return 2.0 * result * contracted
+
+
+def tensor_bytes(value: ir.Value) -> float:
+    t = ir.RankedTensorType(value.type)
+    bits = t.element_type.width if hasattr(t.element_type, "width") else 32
+    count = 1
+    for size in t.shape:
+        count *= size
+    return count * max(bits, 8) / 8
+
+
+def traffic(dot: ir.Operation, sliced: set[int]) -> tuple[float, float]:
+    """(bytes of the operands read whole, bytes of the `sliced` operands and the
+    result) of a dot whose ring slices operands `sliced`: what the cost model's
+    roofline prices."""
+    whole = sum(tensor_bytes(dot.operands[i]) for i in range(2) if i not in sliced)
+    cut = sum(tensor_bytes(dot.operands[i]) for i in sliced) + tensor_bytes(dot.results[0])
+    return whole, cut

@@ -60,8 +60,9 @@ class SiteRow:
 
     @property
     def slower(self) -> bool:
-        """Predicted slower than the original (by more than rounding)."""
-        return self.after_us > self.before_us * (1 + SLOWER_TOLERANCE)
+        """Rewritten and predicted slower than the original (by more than rounding; a
+        site left unchanged moves only with the compiler's choices around it)."""
+        return self.applied and self.after_us > self.before_us * (1 + SLOWER_TOLERANCE)
 
     def why_slower(self) -> str:
         """The compute categories that grew, largest first, and exposed communication."""
@@ -242,9 +243,9 @@ def analyze(compiled: tpu.Compiled, timing: Timing, timeline: bool = False,
 
 
 def _model_estimates(module, pipeline, topo, input_name, options) -> dict:
-    """location -> the analytic model's Estimate on the slice's profile."""
-    given = dict(options, hardware=options.get("hardware") or topo.hardware.name,
-                 threshold_mib=0)
+    """location -> the analytic model's Estimate on the slice's profile, for the form
+    the rewrite built (or would build: a site left unchanged has one too)."""
+    given = dict(options, hardware=options.get("hardware") or topo.hardware.name)
     sites = api.remarks(module, pipeline, input_name=input_name, **given)
     estimates: dict = {}
     for site in sites:

@@ -145,6 +145,13 @@ class RingPlan:
         """Rounds with no shift in flight: their compute is exposed."""
         return tuple(k for k, s in enumerate(self.sends) if not s)
 
+    def dots(self, k: int) -> int:
+        """Dot calls per consumer in round k: an all_gather round multiplies its blocks
+        side by side in one; each reduce_scatter chain has its own."""
+        if self.kind == GATHER:
+            return 1
+        return self.chains if self.streams == 1 else self.blocks[k]
+
     def sending(self, k: int) -> range:
         """The streams (0: down, 1: up) with a shift in flight in round k."""
         return range(self.sends[k])

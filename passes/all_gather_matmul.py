@@ -47,7 +47,7 @@ from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
 from overlap_hlo.dominance import (after, as_op, divergent_between, dominates,
                                    program_order)
-from overlap_hlo.dots import DotDims, flops
+from overlap_hlo.dots import DotDims, flops, traffic
 from overlap_hlo.lookthrough import (View, ViewedUse, dot_across_regions, erase_unused,
                                     producer, replay, users_through_views)
 from overlap_hlo.locations import describe
@@ -371,11 +371,15 @@ class OverlapAllGatherMatmul(RewritePass):
         assembly = None if reused is None else Assembly(gather.results[0].type, block)
         ring_dots = [c.dot for c in consumers]
         sums = any(c.result_dim is None for c in consumers)
+        traffics = [traffic(c.dot, {c.gathered}) for c in consumers]
+
         def shape_of(bidirectional: bool) -> cost.SiteShape:
             return cost.SiteShape(
                 ring.size, sum(flops(dot) for dot in ring_dots),
                 cost.element_name(ring_dots[0].operands[0].type.element_type),
-                mib(shard.type) * 2**20, ring_plan(ring.size, self, sums, bidirectional))
+                mib(shard.type) * 2**20, ring_plan(ring.size, self, sums, bidirectional),
+                whole_bytes=sum(w for w, _ in traffics),
+                sliced_bytes=sum(c for _, c in traffics))
 
         if sums and self.platform == "tpu":
             raise Unsupported(

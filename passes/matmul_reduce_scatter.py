@@ -30,7 +30,7 @@ from jaxlib.mlir.dialects import stablehlo
 from overlap_hlo import builders as b
 from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
-from overlap_hlo.dots import DotDims, flops
+from overlap_hlo.dots import DotDims, flops, traffic
 from overlap_hlo.dominance import after, as_op
 from overlap_hlo.lookthrough import (TRANSPARENT, View, add_leaves, only_transparent,
                                     producer, replay, view_backward)
@@ -95,10 +95,11 @@ class OverlapMatmulReduceScatter(RewritePass):
         full = top.results[0].type.shape[dim]
         if block * ring.size != full:
             raise Unsupported(f"scatter dim {full} is not {ring.size} x {block}")
-        sources = []
+        sources, traffics = [], []
         for dot in dots:
             sliced = DotDims.of(dot).result_source(dim)
             sources.append("batch" if len(sliced) == 2 else f"free dim of operand {sliced[0][0]}")
+            traffics.append(traffic(dot, {operand for operand, _ in sliced}))
         through = "".join(f" through {view.op.name}" for view in between)
         summed = f"sum of {len(dots)} dots, " if len(dots) > 1 else ""
         detail = (f"{top.results[0].type} scattered on dim {dim} ({summed}"
@@ -120,7 +121,8 @@ class OverlapMatmulReduceScatter(RewritePass):
         decision = self.decide(top.results[0].type, lambda bidirectional: cost.SiteShape(
             ring.size, sum(flops(dot) for dot in dots),
             cost.element_name(dots[0].operands[0].type.element_type),
-            mib(result_type) * 2**20, ring_plan(ring.size, self, block, bidirectional)),
+            mib(result_type) * 2**20, ring_plan(ring.size, self, block, bidirectional),
+            whole_bytes=sum(w for w, _ in traffics), sliced_bytes=sum(c for _, c in traffics)),
             detail)
         plan = decision.estimate.plan
         ring.require_pairs(plan.permutes)

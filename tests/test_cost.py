@@ -67,14 +67,15 @@ def test_estimate_by_hand():
     assert est.after_us == pytest.approx(3 * 2 + 1 + 4 * 1 + 2 * 2)  # 15
     assert not est.pays()
     assert (est.blocks_per_round, est.exposed_round, est.plan) == ((1, 1, 1, 1), 3, gather)
-    # Without overheads: balanced blocks (T_c = T_m = 2 us) overlap well... A scatter
-    # ring: two chains, each transfer beside the other chain's dot, in every round.
+    # Without overheads, balanced blocks (T_c = T_m = 2 us)... A scatter ring: two
+    # chains, each transfer beside the other chain's dot, but a chain sends the sum its
+    # dot has just made: a round is T_m + T_c / 2 = 3 us, and the ring does not pay.
     free = dataclasses.replace(hw, step_overhead_us=0.0, loop_overhead_us=0.0)
     scatter = RingPlan("scatter", 4)
     assert scatter.sends == (1, 2, 2, 1)
     est = cost.estimate(cost.SiteShape(4, 8e6, "bf16", 2000.0, scatter), free)
-    assert (est.before_us, est.after_us) == (pytest.approx(3 * 1 + 8), pytest.approx(4 * 2))
-    assert est.pays() and est.exposed_round == -1
+    assert (est.before_us, est.after_us) == (pytest.approx(3 * 1 + 8), pytest.approx(4 * 3))
+    assert not est.pays() and est.exposed_round == -1
     # ...compute-bound ones (T_c = 20 us) gain little: 3.6% is inside the 5% margin.
     est = cost.estimate(cost.SiteShape(4, 8e7, "bf16", 2000.0, scatter), free)
     assert (est.before_us, est.after_us) == (pytest.approx(3 * 1 + 80), pytest.approx(80))
@@ -89,6 +90,29 @@ def test_estimate_by_hand():
     assert unrolled.trip_count == 1
     assert (cost.estimate(cost.SiteShape(4, 4e6, "bf16", 2000.0, unrolled), hw).after_us
             == pytest.approx(15 - 2))
+
+
+def test_roofline_prices_the_weights_every_partial_dot_reads():
+    """With a memory bandwidth, a dot takes its FLOPs' time or its bytes' time,
+    whichever is longer: the ring's partial dots each read the weights whole."""
+    hw = cost.Hardware("toy", {"bf16": 1.0}, link_gbps=1e6, latency_us=0.0,
+                       step_overhead_us=0.0, loop_overhead_us=0.0, matmul_efficiency=1.0,
+                       link_efficiency=1.0, hbm_gbps=1.0 / cost.MEMORY_EFFICIENCY)
+    # 1 GB/s x 0.8 / 0.8: 1 byte = 1e-3 us. Whole dot 4e6 FLOP = 4 us; 2000 B of weights
+    # (2 us) and 2000 B sliced (2 us): the original's one dot is compute-bound, 4 us.
+    gather = RingPlan("gather", 4)
+    shape = cost.SiteShape(4, 4e6, "bf16", 1.0, gather, whole_bytes=2000.0,
+                           sliced_bytes=2000.0)
+    est = cost.estimate(shape, hw)
+    assert est.before_us == pytest.approx(4, abs=0.01)
+    # A round: 1 us of FLOPs, but 2000 + 500 B = 2.5 us of memory; 4 rounds.
+    assert est.after_us == pytest.approx(4 * 2.5, abs=0.01)
+    # One-stream scatter: two chains, each a dot reading the weights: 4.5 us a round.
+    scatter = cost.estimate(dataclasses.replace(shape, plan=RingPlan("scatter", 4)), hw)
+    assert scatter.after_us == pytest.approx(4 * 4.5, abs=0.01)
+    # No bandwidth in the profile: memory is not priced.
+    assert cost.estimate(shape, dataclasses.replace(hw, hbm_gbps=0.0)).after_us == \
+        pytest.approx(4, abs=0.01)
 
 
 def test_json_profile(tmp_path):
