@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")   # host devices; no TPU backend start-up
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -186,8 +186,13 @@ class Report:
                   else "no faster")
         text = (f"verdict: predicted {change}, {self.original_us:.1f} us -> "
                 f"{self.rewritten_us:.1f} us ({self.speedup:.2f}x) on {self.topology}")
-        text += (f"; {len(slower)} of {len(self.sites)} site(s) predicted slower"
-                 if slower else "; no site predicted slower")
+        text += (f"; {len(slower)} of {len(self.sites)} rewritten site(s) predicted slower"
+                 if slower else "; no rewritten site predicted slower")
+        moved = [row for row in self.sites if not row.applied
+                 and row.after_us > row.before_us * (1 + SLOWER_TOLERANCE)]
+        if moved:
+            text += (f"; {len(moved)} site(s) left unchanged got slower around the rewritten "
+                     f"ones ({', '.join(row.why_slower() or row.location for row in moved)})")
         return text + " (a model of the compiled schedule, not a measurement)"
 
 

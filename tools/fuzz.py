@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")   # host devices; no TPU backend start-up
 
 # Around the site: nothing; the dot under a device-dependent lax.cond or in a fori_loop
 # with a device-dependent trip count; an optimization_barrier between collective and
