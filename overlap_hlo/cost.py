@@ -1,31 +1,30 @@
 """When decomposing pays: a per-site time model and hardware profiles.
 
-For one site on a ring of N devices, with T_c the time of one block's partial dot
-(all the site's dots together) and T_m the time of one shift of one block:
+For one site on a ring of N devices, with D the time of the site's dots whole, C_r the
+time of round r's partial dots and T_m the time of one shift of one block:
 
-    collective then dot:  ceil((N - 1) / 2) * latency + (N - 1) * T_b2 + N * T_c
+    collective then dot:  ceil((N - 1) / 2) * latency + (N - 1) * T_b2 + D
     decomposed:           sum over rounds r of max(C_r, T_m if a shift is in flight)
                           (a reduce_scatter ring: max(C_r, T_m + C_r / chains), as
                           each chain sends the sum its dot has just made)
                           + rounds * step overhead + loop iterations * loop overhead
 
-where the rounds, the shifts in flight in each and the loop's iterations are the
-ring's plan (`ring_plan.RingPlan`, the schedule the pass builds) and C_r = (blocks
-computed in round r) * T_c: one block per round with one stream, two with a
-bidirectional ring (whose two shifts use both directions of the links, so a round
-still costs one T_m). T_c = FLOPs / (peak FLOP/s for the element type x matmul
-efficiency), or, when longer, the bytes the dots move in device memory (weights read
-whole by every partial dot, each block's share of the sliced operand and result) at
-0.8 x the datasheet bandwidth; T_m = latency + bytes / (one-direction link bandwidth x link
-efficiency); T_b2 is a block's bytes over both directions of the links: the library
-collective is given its best case, a bidirectional ring, whose ceil((N-1)/2) steps each
-pay one latency. The step overhead of a
-round is a fixed time plus a time per MiB of the shifted block (the round's slices,
-copies and, in a scatter ring, the accumulator's add). A site is decomposed when
-the decomposed time beats the original by `margin`. Every figure is a prediction,
-not a measurement: peaks and links are datasheet numbers; the tpu-* profiles'
-matmul efficiency and overheads are fitted to the TPU compiler's own estimates
-(`CALIBRATED`, made by benchmarks/calibrate.py), the other profiles' are guesses.
+where the rounds, the blocks each multiplies, the shifts in flight in each and the
+loop's iterations are the ring's plan (`ring_plan.RingPlan`, the schedule the pass
+builds): one block per round with one stream, two with a bidirectional ring (whose two
+shifts use both directions of the links, so a round still costs one T_m). A dot's time
+is a roofline: FLOPs / (peak FLOP/s for the element type x matmul efficiency) or, when
+longer, the bytes it moves in device memory at MEMORY_EFFICIENCY x the datasheet
+bandwidth; each partial dot reads the weights whole, and each block's share of the
+sliced operand and result once. T_m = latency + bytes / (one-direction link bandwidth x
+link efficiency); T_b2 is a block's bytes over both directions of the links: the
+library collective is given its best case, a bidirectional ring, whose ceil((N-1)/2)
+steps each pay one latency. The step overhead of a round is a fixed time plus a time
+per MiB of the shifted block. A site is decomposed when the decomposed time beats the
+original by `margin`. Every figure is a prediction, not a measurement: peaks, links
+and memory are datasheet numbers; the tpu-* profiles' matmul efficiency and overheads
+are fitted to the TPU compiler's own estimates (`CALIBRATED`, made by
+benchmarks/calibrate.py), the other profiles' are guesses.
 """
 from __future__ import annotations
 

@@ -59,18 +59,24 @@ class SiteRow:
         return self.before_us / self.after_us if self.after_us else 1.0
 
     @property
+    def got_slower(self) -> bool:
+        """Its time grew by more than rounding, rewritten or not (a site left unchanged
+        moves only with the compiler's choices around the rewritten ones)."""
+        return self.after_us > self.before_us * (1 + SLOWER_TOLERANCE)
+
+    @property
     def slower(self) -> bool:
-        """Rewritten and predicted slower than the original (by more than rounding; a
-        site left unchanged moves only with the compiler's choices around it)."""
-        return self.applied and self.after_us > self.before_us * (1 + SLOWER_TOLERANCE)
+        """Rewritten and predicted slower than the original."""
+        return self.applied and self.got_slower
 
     def why_slower(self) -> str:
         """The compute categories that grew, largest first, and exposed communication."""
         grew = sorted(((after - before, name) for name, (before, after)
                        in self.compute_breakdown.items() if after > before), reverse=True)
         parts = [f"{name} +{extra:.1f} us" for extra, name in grew if extra >= 0.05]
-        if self.exposed_us > self.original_exposed_us:
-            parts.append(f"exposed communication +{self.exposed_us - self.original_exposed_us:.1f} us")
+        waited = self.exposed_us - self.original_exposed_us
+        if waited > 0:
+            parts.append(f"exposed communication +{waited:.1f} us")
         return ", ".join(parts)
 
 
@@ -188,8 +194,7 @@ class Report:
                 f"{self.rewritten_us:.1f} us ({self.speedup:.2f}x) on {self.topology}")
         text += (f"; {len(slower)} of {len(self.sites)} rewritten site(s) predicted slower"
                  if slower else "; no rewritten site predicted slower")
-        moved = [row for row in self.sites if not row.applied
-                 and row.after_us > row.before_us * (1 + SLOWER_TOLERANCE)]
+        moved = [row for row in self.sites if not row.applied and row.got_slower]
         if moved:
             text += (f"; {len(moved)} site(s) left unchanged got slower around the rewritten "
                      f"ones ({', '.join(row.why_slower() or row.location for row in moved)})")
