@@ -41,6 +41,7 @@ class SiteRow:
     before_us: float
     after_us: float
     compute_bound_us: float         # the smaller compute of the two: neither runs faster
+    left_because: str = ""          # why a site was left unchanged (the remarks' kind)
     original_compute_us: float = 0.0
     rewritten_compute_us: float = 0.0
     # category (dots, accumulation, copies, initialisation, other) -> [before, after] us
@@ -194,7 +195,12 @@ class Report:
                 f"{self.rewritten_us:.1f} us ({self.speedup:.2f}x) on {self.topology}")
         text += (f"; {len(slower)} of {len(self.sites)} rewritten site(s) predicted slower"
                  if slower else "; no rewritten site predicted slower")
-        moved = [row for row in self.sites if not row.applied and row.got_slower]
+        left = [row for row in self.sites if not row.applied]
+        if left:
+            why = ", ".join(dict.fromkeys(row.left_because for row in left if row.left_because))
+            text += (f"; {len(left)} of {len(self.sites)} site(s) left unchanged"
+                     + (f" ({why})" if why else ""))
+        moved = [row for row in left if row.got_slower]
         if moved:
             text += (f"; {len(moved)} site(s) left unchanged got slower around the rewritten "
                      f"ones ({', '.join(row.why_slower() or row.location for row in moved)})")
@@ -376,6 +382,8 @@ def _row(location, sites, original, rewritten, model, dots, input_name) -> SiteR
     estimates = model.get(location, [])
     return SiteRow(
         location=location, pattern=sites[0].pattern, applied=all(s.applied for s in sites),
+        left_because=", ".join(dict.fromkeys(s.kind or s.reason for s in sites
+                                             if not s.applied)),
         sites=len(sites), permutes=len(permutes),
         overlapped=sum(p.overlapped for p in permutes),
         permute_executions=sum(p.executions for p in permutes),

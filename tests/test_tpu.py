@@ -248,7 +248,9 @@ def test_cli_flags_a_slower_site_and_says_why(tmp_path, capsys):
     assert "verdict: predicted slower" in out
     assert "2 of 2 rewritten site(s) predicted slower" in out
     assert report_cli.main([str(EXAMPLES / "tp_mlp.mlir"), "--tpu=v5e:2x4"]) == 0
-    rows = [line.split() for line in capsys.readouterr().out.splitlines()
+    out = capsys.readouterr().out
+    assert "2 of 2 site(s) left unchanged (not profitable)" in out   # the slice's model
+    rows = [line.split() for line in out.splitlines()
             if line.startswith(str(EXAMPLES / "tp_mlp.mlir"))]
     assert len(rows) == 2 and all(float(row[6]) > 0 for row in rows)   # before us
     assert all(row[-1] in ("all-gather", "reduce-scatter") for row in rows)
