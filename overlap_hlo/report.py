@@ -362,7 +362,7 @@ def _row(location, sites, original, rewritten, model, dots, input_name) -> SiteR
     hlo_location = location
     if input_name:   # HLO metadata spells the parsed input "-"
         spellings = {loc for analysis in (rewritten, original)
-                     for loc in (*analysis.compute_by_location,
+                     for loc in (*analysis.names_by_location,
                                  *(p.location for p in analysis.permutes),
                                  *(c.location for c in analysis.collectives))}
         hlo_location = next((loc for loc in sorted(spellings)

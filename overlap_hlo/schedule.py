@@ -153,9 +153,7 @@ class Analysis:
     loops: list[Loop] = field(default_factory=list)
     loop_copies: list[LoopCopy] = field(default_factory=list)
     spans: list[Span] = field(default_factory=list)
-    compute_by_location: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    exposed_by_location: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    # name -> compute microseconds over all executions (for the original's dots)
+    # name -> compute microseconds over all executions; location -> those names
     compute_by_name: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     names_by_location: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     hlo_module: object = field(default=None, repr=False)
@@ -384,7 +382,6 @@ class _Walker:
                     "copy" if instr.opcode == "copy" else "compute")
             self.span("compute", t, t + duration, instr, kind)
             self.result.compute_us += duration
-            self.result.compute_by_location[self.location(instr)] += duration
             self.result.compute_by_name[instr.name] += duration
             self.result.names_by_location[self.location(instr)].add(instr.name)
         return t + duration
@@ -468,7 +465,6 @@ class _Walker:
             self.span("compute", t, end, done, "wait")
         location = self.location(start)
         self.result.exposed_us += wait
-        self.result.exposed_by_location[location] += wait
         if op == "collective-permute":
             between = ([] if start.name in self.permutes
                        else self.window(flight, computation, done_index))
@@ -484,7 +480,6 @@ class _Walker:
         self.span("compute", t, t + duration, instr, "wait")
         self.span(self.lane(("*",)), t, t + duration, instr, "collective")
         self.result.exposed_us += duration
-        self.result.exposed_by_location[self.location(instr)] += duration
         if op == "collective-permute":   # synchronous: a permute that overlaps nothing
             self.note_permute(instr, computation, self.location(instr), in_bytes, duration,
                               []).exposed_us += duration
