@@ -66,11 +66,13 @@ def flops(dot: ir.Operation) -> float:
     return 2.0 * result * contracted
 
 
-def tensor_bytes(value: ir.Value) -> float:
-    t = ir.RankedTensorType(value.type)
-    bits = t.element_type.width if hasattr(t.element_type, "width") else 32
+def tensor_bytes(tensor_type: ir.RankedTensorType) -> float:
+    """Bytes of a static tensor (sub-byte elements count a byte; an element type
+    without a width, 4)."""
+    elt = tensor_type.element_type
+    bits = elt.width if hasattr(elt, "width") else 32
     count = 1
-    for size in t.shape:
+    for size in tensor_type.shape:
         count *= size
     return count * max(bits, 8) / 8
 
@@ -79,6 +81,9 @@ def traffic(dot: ir.Operation, sliced: set[int]) -> tuple[float, float]:
     """(bytes of the operands read whole, bytes of the `sliced` operands and the
     result) of a dot whose ring slices operands `sliced`: what the cost model's
     roofline prices."""
-    whole = sum(tensor_bytes(dot.operands[i]) for i in range(2) if i not in sliced)
-    cut = sum(tensor_bytes(dot.operands[i]) for i in sliced) + tensor_bytes(dot.results[0])
+    def size(value: ir.Value) -> float:
+        return tensor_bytes(ir.RankedTensorType(value.type))
+
+    whole = sum(size(dot.operands[i]) for i in range(2) if i not in sliced)
+    cut = sum(size(dot.operands[i]) for i in sliced) + size(dot.results[0])
     return whole, cut

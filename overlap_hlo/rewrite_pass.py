@@ -18,6 +18,7 @@ from jaxlib.mlir.dialects import stablehlo
 from . import builders, compat, cost
 from .cost import Estimate, SiteShape
 from .dominance import Callers
+from .dots import tensor_bytes
 from .locations import describe
 from .normalize import normalize
 from .ring_plan import RingPlan
@@ -212,12 +213,7 @@ def restore(module_op: ir.Operation, snapshot: ir.Operation) -> None:
 
 
 def mib(tensor_type: ir.RankedTensorType) -> float:
-    elt = tensor_type.element_type
-    bits = elt.width if hasattr(elt, "width") else 32
-    count = 1
-    for size in tensor_type.shape:
-        count *= size
-    return count * max(bits, 8) / 8 / 2**20
+    return tensor_bytes(tensor_type) / 2**20
 
 
 @dataclass(frozen=True)

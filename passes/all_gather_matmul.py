@@ -47,11 +47,11 @@ from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
 from overlap_hlo.dominance import (after, as_op, divergent_between, dominates,
                                    program_order)
-from overlap_hlo.dots import DotDims, flops, traffic
+from overlap_hlo.dots import DotDims, flops, tensor_bytes, traffic
 from overlap_hlo.lookthrough import (View, ViewedUse, dot_across_regions, erase_unused,
                                     producer, replay, users_through_views)
 from overlap_hlo.locations import describe
-from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
+from overlap_hlo.rewrite_pass import NoMatch, RewritePass, require_supported_types
 from overlap_hlo.ring_plan import GATHER, RingPlan
 from overlap_hlo.passes.epilogue import Epilogue, block_type_for, find_epilogue
 from overlap_hlo.passes.matmul_reduce_scatter import OverlapMatmulReduceScatter, scatter_fed_by
@@ -377,7 +377,7 @@ class OverlapAllGatherMatmul(RewritePass):
             return cost.SiteShape(
                 ring.size, sum(flops(dot) for dot in ring_dots),
                 cost.element_name(ring_dots[0].operands[0].type.element_type),
-                mib(shard.type) * 2**20, ring_plan(ring.size, self, sums, bidirectional),
+                tensor_bytes(shard.type), ring_plan(ring.size, self, sums, bidirectional),
                 whole_bytes=sum(w for w, _ in traffics),
                 sliced_bytes=sum(c for _, c in traffics))
 

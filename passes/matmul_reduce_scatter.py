@@ -30,12 +30,12 @@ from jaxlib.mlir.dialects import stablehlo
 from overlap_hlo import builders as b
 from overlap_hlo import cost
 from overlap_hlo.collectives import Ring, Unsupported
-from overlap_hlo.dots import DotDims, flops, traffic
+from overlap_hlo.dots import DotDims, flops, tensor_bytes, traffic
 from overlap_hlo.dominance import after, as_op
 from overlap_hlo.lookthrough import (TRANSPARENT, View, add_leaves, only_transparent,
                                     producer, replay, view_backward)
 from overlap_hlo.passes.epilogue import Epilogue, block_type_for, find_prologue
-from overlap_hlo.rewrite_pass import NoMatch, RewritePass, mib, require_supported_types
+from overlap_hlo.rewrite_pass import NoMatch, RewritePass, require_supported_types
 from overlap_hlo.ring_plan import SCATTER, RingPlan
 
 
@@ -121,7 +121,7 @@ class OverlapMatmulReduceScatter(RewritePass):
         decision = self.decide(top.results[0].type, lambda bidirectional: cost.SiteShape(
             ring.size, sum(flops(dot) for dot in dots),
             cost.element_name(dots[0].operands[0].type.element_type),
-            mib(result_type) * 2**20, ring_plan(ring.size, self, block, bidirectional),
+            tensor_bytes(result_type), ring_plan(ring.size, self, block, bidirectional),
             whole_bytes=sum(w for w, _ in traffics), sliced_bytes=sum(c for _, c in traffics)),
             detail)
         plan = decision.estimate.plan
