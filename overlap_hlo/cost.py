@@ -274,15 +274,25 @@ class Estimate:
     before_us: float
     after_us: float
     hardware: str
-    group_size: int = 0
+    shape: SiteShape                    # what it was made from, the ring's plan included
     block_compute_us: float = 0.0       # T_c: one block's partial dots
     shift_us: float = 0.0               # T_m: one block over one link direction
     collective_us: float = 0.0          # the whole collective (the original's)
-    blocks_per_round: tuple[int, ...] = ()
     exposed_round: int = -1             # the (first) round with no shift in flight
     step_overhead_us: float = 0.0
-    plan: RingPlan | None = None        # the ring the prediction is for
-    shape: SiteShape | None = None      # what it was made from
+
+    @property
+    def plan(self) -> RingPlan:
+        """The ring the prediction is for."""
+        return self.shape.plan
+
+    @property
+    def group_size(self) -> int:
+        return self.shape.group_size
+
+    @property
+    def blocks_per_round(self) -> tuple[int, ...]:
+        return self.shape.plan.blocks
 
     @property
     def speedup(self) -> float:
@@ -330,8 +340,7 @@ def estimate(site: SiteShape, hw: Hardware) -> Estimate:
     step = hw.step_us(site.block_bytes)
     after += plan.rounds * step + plan.trip_count * hw.loop_overhead_us
     idle = plan.idle_rounds[0] if plan.idle_rounds else -1
-    return Estimate(before, after, hw.name, n, t_c, t_m, collective, plan.blocks, idle,
-                    step, plan, site)
+    return Estimate(before, after, hw.name, site, t_c, t_m, collective, idle, step)
 
 
 def _round_us(plan: RingPlan, compute: float, shift: float) -> float:

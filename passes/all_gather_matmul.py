@@ -372,14 +372,15 @@ class OverlapAllGatherMatmul(RewritePass):
         ring_dots = [c.dot for c in consumers]
         sums = any(c.result_dim is None for c in consumers)
         traffics = [traffic(c.dot, {c.gathered}) for c in consumers]
+        site = cost.SiteShape(ring.size, sum(flops(dot) for dot in ring_dots),
+                              cost.element_name(ring_dots[0].operands[0].type.element_type),
+                              tensor_bytes(shard.type), ring_plan(ring.size, self, sums),
+                              whole_bytes=sum(w for w, _ in traffics),
+                              sliced_bytes=sum(c for _, c in traffics))
 
         def shape_of(bidirectional: bool) -> cost.SiteShape:
-            return cost.SiteShape(
-                ring.size, sum(flops(dot) for dot in ring_dots),
-                cost.element_name(ring_dots[0].operands[0].type.element_type),
-                tensor_bytes(shard.type), ring_plan(ring.size, self, sums, bidirectional),
-                whole_bytes=sum(w for w, _ in traffics),
-                sliced_bytes=sum(c for _, c in traffics))
+            return dataclasses.replace(site, plan=ring_plan(ring.size, self, sums,
+                                                            bidirectional))
 
         if sums and self.platform == "tpu":
             raise Unsupported(
@@ -388,7 +389,7 @@ class OverlapAllGatherMatmul(RewritePass):
                 "libtpu's estimates): prefetch the gathered weight one layer ahead instead "
                 "(XLA's collective pipeliner), or name another --target to build the ring",
                 kind="summing ring on TPU", detail=detail,
-                estimate=cost.estimate(shape_of(bool(self.bidirectional)), self.profile))
+                estimate=cost.estimate(site, self.profile))
         decision = self.decide(gather.results[0].type, shape_of, detail)
         plan = decision.estimate.plan
         ring.require_pairs(len(groups) * plan.permutes)

@@ -22,6 +22,7 @@ Example:
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
@@ -118,12 +119,13 @@ class OverlapMatmulReduceScatter(RewritePass):
             detail += (f"; the elementwise ops making {len(prologues)} of its dots' operands "
                        f"({sum(len(p.ops) for p in prologues.values())} op(s)) run on each "
                        "block, fused into its dot")
-        decision = self.decide(top.results[0].type, lambda bidirectional: cost.SiteShape(
-            ring.size, sum(flops(dot) for dot in dots),
-            cost.element_name(dots[0].operands[0].type.element_type),
-            tensor_bytes(result_type), ring_plan(ring.size, self, block, bidirectional),
-            whole_bytes=sum(w for w, _ in traffics), sliced_bytes=sum(c for _, c in traffics)),
-            detail)
+        site = cost.SiteShape(ring.size, sum(flops(dot) for dot in dots),
+                              cost.element_name(dots[0].operands[0].type.element_type),
+                              tensor_bytes(result_type), ring_plan(ring.size, self, block),
+                              whole_bytes=sum(w for w, _ in traffics),
+                              sliced_bytes=sum(c for _, c in traffics))
+        decision = self.decide(top.results[0].type, lambda bidirectional: dataclasses.replace(
+            site, plan=ring_plan(ring.size, self, block, bidirectional)), detail)
         plan = decision.estimate.plan
         ring.require_pairs(plan.permutes)
         if ring.uses_channel:
