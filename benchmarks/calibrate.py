@@ -80,6 +80,7 @@ class Sample:
         data["shapes"] = [dict(group_size=s.group_size, flops=s.flops,
                                element_type=s.element_type, block_bytes=s.block_bytes,
                                whole_bytes=s.whole_bytes, sliced_bytes=s.sliced_bytes,
+                               spans_all_devices=s.spans_all_devices,
                                plan={f.name: getattr(s.plan, f.name)
                                      for f in dataclasses.fields(RingPlan) if f.init})
                           for s in self.shapes]
@@ -92,7 +93,8 @@ class Sample:
                                       s["block_bytes"],
                                       RingPlan(**{k: v for k, v in s["plan"].items()
                                                   if k in known}),
-                                      s.get("whole_bytes", 0.0), s.get("sliced_bytes", 0.0))
+                                      s.get("whole_bytes", 0.0), s.get("sliced_bytes", 0.0),
+                                      s.get("spans_all_devices", False))
                        for s in data["shapes"])
         return cls(**{**data, "shapes": shapes, "size": tuple(data.get("size", ()))})
 

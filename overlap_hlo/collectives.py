@@ -40,6 +40,11 @@ class Ring:
     def size(self) -> int:
         return len(self.groups[0])
 
+    @property
+    def spans_all_devices(self) -> bool:
+        """One group of every device the module runs on."""
+        return len(self.groups) == 1 and self.size == self.num_ids
+
     def position_table(self) -> list[int]:
         """Entry d is the position of device id d within its group."""
         table = [0] * self.num_ids

@@ -19,7 +19,8 @@ bandwidth; each partial dot reads the weights whole, and each block's share of t
 sliced operand and result once. T_m = latency + bytes / (one-direction link bandwidth x
 link efficiency); T_b2 is a block's bytes over both directions of the links: the
 library collective is given its best case, a bidirectional ring, whose ceil((N-1)/2)
-steps each pay one latency. The step overhead of a round is a fixed time plus a time
+steps each pay one latency (twice that on a chip whose compiler makes a reduce_scatter
+over every device an all-reduce: `Hardware.all_reduce_whole_scatter`). The step overhead of a round is a fixed time plus a time
 per MiB of the shifted block. A site is decomposed when the decomposed time beats the
 original by `margin`. Every figure is a prediction, not a measurement: peaks, links
 and memory are datasheet numbers; the tpu-* profiles' matmul efficiency and overheads
@@ -56,6 +57,9 @@ class Hardware:
     step_us_per_mib: float = 0.0  # per ring round and MiB of the block (its copies, adds)
     platform: str = ""            # "tpu", "gpu" or "cpu": the rewrite's forms for it
     hbm_gbps: float = 0.0         # device memory GB/s (0: memory traffic not priced)
+    # The compiler runs a reduce-scatter over every device as an all-reduce (XLA's TPU
+    # compiler on the 3-D torus chips, v4 and v5p; libtpu 0.0.50.1).
+    all_reduce_whole_scatter: bool = False
 
     def matmul_us(self, flops: float, element_type: str) -> float:
         peak = self.tflops.get(element_type) or self.tflops.get("default") or min(self.tflops.values())
@@ -127,6 +131,8 @@ class Hardware:
             if not _number(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"{where}: '{name}' must be a number >= 0")
             figures[name] = getattr(self, name)
+        if not isinstance(self.all_reduce_whole_scatter, bool):
+            raise ValueError(f"{where}: 'all_reduce_whole_scatter' must be true or false")
         for name, value in figures.items():
             if not _at_most(value, MAX_FIGURE):
                 raise ValueError(f"{where}: '{name}' must be at most {MAX_FIGURE:g}")
@@ -199,13 +205,13 @@ TPU_GUESSES = dict(matmul_efficiency=0.7, step_overhead_us=1.0, step_us_per_mib=
                    loop_overhead_us=2.0)
 # Fitted to the schedule of the TPU compiler's estimated_cycles by
 # benchmarks/calibrate.py --write (benchmarks/results/calibration.json holds the same).
-CALIBRATION = "calibrated on libtpu 0.0.50.1 estimated_cycles (benchmarks/calibrate.py, 2026-12-01)"
+CALIBRATION = "calibrated on libtpu 0.0.50.1 estimated_cycles (benchmarks/calibrate.py, 2026-12-02)"
 CALIBRATED = {
-    "tpu-v4": {"matmul_efficiency": 0.379, "step_overhead_us": 1.14, "step_us_per_mib": 0.0,
-             "loop_overhead_us": 0.85},
+    "tpu-v4": {"matmul_efficiency": 0.41, "step_overhead_us": 1.18, "step_us_per_mib": 0.0,
+             "loop_overhead_us": 0.87},
     "tpu-v5e": {"matmul_efficiency": 0.968, "step_overhead_us": 0.32, "step_us_per_mib": 0.0,
              "loop_overhead_us": 1.93},
-    "tpu-v5p": {"matmul_efficiency": 0.713, "step_overhead_us": 2.65, "step_us_per_mib": 0.0,
+    "tpu-v5p": {"matmul_efficiency": 0.846, "step_overhead_us": 2.64, "step_us_per_mib": 0.24,
              "loop_overhead_us": 0.0},
     "tpu-v6e": {"matmul_efficiency": 0.902, "step_overhead_us": 0.75, "step_us_per_mib": 0.0,
              "loop_overhead_us": 0.36},
@@ -213,10 +219,11 @@ CALIBRATED = {
 
 
 def _tpu(name: str, tflops: dict, link_gbps: float, hbm_gbps: float,
-         datasheet: str) -> Hardware:
+         datasheet: str, torus_3d: bool = False) -> Hardware:
     """A tpu-* profile: datasheet peaks, links and memory, calibrated compute-side figures."""
     return Hardware(name, tflops, link_gbps=link_gbps, latency_us=_TPU_LATENCY_US,
                     platform="tpu", hbm_gbps=hbm_gbps, **CALIBRATED[name],
+                    all_reduce_whole_scatter=torus_3d,
                     source=f"{datasheet}; compute-side figures "
                     f"(matmul efficiency, overheads) {CALIBRATION}")
 
@@ -224,14 +231,16 @@ def _tpu(name: str, tflops: dict, link_gbps: float, hbm_gbps: float,
 PROFILES: dict[str, Hardware] = {p.name: p for p in [
     _tpu("tpu-v4", {"bf16": 275, "f32": 275, "int8": 275}, 50, 1200,
          "cloud.google.com/tpu/docs/v4: 275 TFLOP/s bf16/int8 per chip, HBM 1200 GB/s; "
-         "ICI 50 GB/s per link per direction (Jouppi et al., ISCA 2023, six links)"),
+         "ICI 50 GB/s per link per direction (Jouppi et al., ISCA 2023, six links)",
+         torus_3d=True),
     _tpu("tpu-v5e", {"bf16": 197, "f32": 197, "int8": 393}, 50, 819,
          "cloud.google.com/tpu/docs/v5e: 197 TFLOP/s bf16, 393 TOP/s int8, HBM 819 GB/s; "
          "ICI 400 GB/s bidirectional per chip over 4 ports = 50 GB/s per port "
          "per direction"),
     _tpu("tpu-v5p", {"bf16": 459, "f32": 459, "int8": 918}, 100, 2765,
          "cloud.google.com/tpu/docs/v5p: 459 TFLOP/s bf16, HBM 2765 GB/s; ICI 4800 Gbps "
-         "(600 GB/s) per chip over 6 ports = 100 GB/s per port per direction"),
+         "(600 GB/s) per chip over 6 ports = 100 GB/s per port per direction",
+         torus_3d=True),
     _tpu("tpu-v6e", {"bf16": 918, "f32": 918, "int8": 1836}, 100, 1640,
          "cloud.google.com/tpu/docs/v6e: 918 TFLOP/s bf16, 1836 TOP/s int8, HBM 1640 GB/s; "
          "ICI 800 GB/s bidirectional per chip over 4 ports = 100 GB/s per port "
@@ -318,6 +327,7 @@ class SiteShape:
     whole_bytes: float = 0.0   # operands every partial dot reads whole (the weights)
     sliced_bytes: float = 0.0  # the sliced operands and the results, whole: one read
                                # or write of each block's share
+    spans_all_devices: bool = False  # one group of every device (Ring.spans_all_devices)
 
 
 def estimate(site: SiteShape, hw: Hardware) -> Estimate:
@@ -327,6 +337,8 @@ def estimate(site: SiteShape, hw: Hardware) -> Estimate:
     t_c = hw.matmul_us(site.flops / n, site.element_type)
     t_m = hw.shift_us(site.block_bytes)
     collective = hw.collective_us(site.block_bytes, n)
+    if plan.kind == SCATTER and site.spans_all_devices and hw.all_reduce_whole_scatter:
+        collective *= 2     # an all-reduce: a reduce-scatter, then an all-gather
     before = collective + hw.dot_us(site.flops, site.whole_bytes + site.sliced_bytes,
                                     site.element_type)
 

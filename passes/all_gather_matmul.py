@@ -376,7 +376,8 @@ class OverlapAllGatherMatmul(RewritePass):
                               cost.element_name(ring_dots[0].operands[0].type.element_type),
                               tensor_bytes(shard.type), ring_plan(ring.size, self, sums),
                               whole_bytes=sum(w for w, _ in traffics),
-                              sliced_bytes=sum(c for _, c in traffics))
+                              sliced_bytes=sum(c for _, c in traffics),
+                              spans_all_devices=ring.spans_all_devices)
 
         def shape_of(bidirectional: bool) -> cost.SiteShape:
             return dataclasses.replace(site, plan=ring_plan(ring.size, self, sums,

@@ -123,7 +123,8 @@ class OverlapMatmulReduceScatter(RewritePass):
                               cost.element_name(dots[0].operands[0].type.element_type),
                               tensor_bytes(result_type), ring_plan(ring.size, self, block),
                               whole_bytes=sum(w for w, _ in traffics),
-                              sliced_bytes=sum(c for _, c in traffics))
+                              sliced_bytes=sum(c for _, c in traffics),
+                              spans_all_devices=ring.spans_all_devices)
         decision = self.decide(top.results[0].type, lambda bidirectional: dataclasses.replace(
             site, plan=ring_plan(ring.size, self, block, bidirectional)), detail)
         plan = decision.estimate.plan

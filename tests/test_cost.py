@@ -115,6 +115,26 @@ def test_roofline_prices_the_weights_every_partial_dot_reads():
         pytest.approx(4, abs=0.01)
 
 
+def test_whole_device_scatter_is_priced_as_the_all_reduce_the_compiler_makes():
+    """XLA's TPU compiler runs a reduce-scatter over every device as an all-reduce on
+    v4 and v5p (test_tpu checks the compiler still does): the original pays twice the
+    collective there, and only there."""
+    scatter = cost.SiteShape(8, 8e9, "bf16", 2**20, RingPlan("scatter", 8),
+                             spans_all_devices=True)
+    gather = dataclasses.replace(scatter, plan=RingPlan("gather", 8))
+    subgroup = dataclasses.replace(scatter, spans_all_devices=False)
+    for name in cost.PROFILES:
+        hw = cost.PROFILES[name]
+        assert hw.all_reduce_whole_scatter == (name in ("tpu-v4", "tpu-v5p")), name
+        twice = 2 if hw.all_reduce_whole_scatter else 1
+        est = cost.estimate(scatter, hw)
+        assert est.collective_us == pytest.approx(twice * hw.collective_us(2**20, 8))
+        assert est.before_us == pytest.approx(cost.estimate(subgroup, hw).before_us
+                                              + (twice - 1) * est.collective_us / twice)
+        assert cost.estimate(gather, hw).collective_us == pytest.approx(
+            hw.collective_us(2**20, 8))
+
+
 def test_json_profile(tmp_path):
     path = tmp_path / "chip.json"
     path.write_text(json.dumps({"name": "chip", "tflops": {"f32": 10.0}, "link_gbps": 5.0,
@@ -188,6 +208,7 @@ def test_statistics_count_by_reason():
     ({"tflops": {"f32": "fast"}}, "'tflops' must map"),
     ({"link_gbps": 0}, "'link_gbps' must be a positive number"),
     ({"latency_us": -1}, "'latency_us' must be a number >= 0"),
+    ({"all_reduce_whole_scatter": 1}, "'all_reduce_whole_scatter' must be true or false"),
 ])
 def test_json_profile_values_are_checked(tmp_path, fields, message):
     profile = {"name": "chip", "tflops": {"f32": 10.0}, "link_gbps": 5.0, "latency_us": 1.0,

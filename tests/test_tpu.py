@@ -335,3 +335,29 @@ def test_tpu_forms_remove_copies_and_buffer_fills():
     assert tpu_forms.rewritten.compute_us < portable.rewritten.compute_us
     original = tpu_forms.original.compute_by_category()
     assert original["dots"] > 0 and not {"copies", "initialisation"} & set(original)
+
+
+@pytest.mark.parametrize("topology, mesh_shape", [
+    ("v5p:2x2x2", (1, 8)), ("v5p:2x2x4", (2, 8)), ("v4:2x2x1", (1, 8)), ("v5e:2x4", (1, 8))])
+def test_the_profiles_know_which_scatters_become_all_reduces(topology, mesh_shape):
+    """What `Hardware.all_reduce_whole_scatter` says of the chip: its compiler makes a
+    reduce-scatter over every device an all-reduce (v4, v5p), one over a subgroup a
+    reduce-scatter; v5e and v6e keep both."""
+    topo = tpu.topology(topology)
+    mesh = Mesh(np.array(topo.devices).reshape(mesh_shape), ("d", "x"))
+
+    def scatter(a, w):
+        return jax.lax.psum_scatter(a @ w, "x", scatter_dimension=1, tiled=True)
+
+    specs = (P("d", None, "x"), P("x", None))
+    fn = jax.jit(jax.shard_map(scatter, mesh=mesh, in_specs=specs,
+                               out_specs=P("d", "x", None)))
+    args = [jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=NamedSharding(mesh, spec))
+            for shape, spec in (((mesh_shape[0], 512, 8 * 128), specs[0]),
+                                ((8 * 128, 256), specs[1]))]
+    compiled = tpu.compile_module(tpu.as_module(fn.lower(*args)), topo)
+    timing = schedule.Timing(topo.hardware, topo.chip.clock_ghz, topo.device_count)
+    (left,) = report.analyze(compiled, timing).collectives
+    whole = mesh_shape[0] == 1
+    expected = whole and topo.hardware.all_reduce_whole_scatter
+    assert left.opcode == ("all-reduce" if expected else "reduce-scatter")
