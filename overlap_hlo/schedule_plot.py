@@ -4,6 +4,9 @@ matplotlib comes with the `bench` extra and is imported only when a timeline is 
 """
 from __future__ import annotations
 
+import io
+import os
+
 from .atomic import replace_file
 from .schedule import Analysis
 
@@ -18,6 +21,18 @@ class MissingMatplotlib(ImportError):
 def draw(panels: dict[str, Analysis], path: str, title: str = "") -> None:
     """One panel per analysis (e.g. {"original": a, "rewritten": b}), lanes "compute"
     and one per link direction; written to `path` (.png or .svg) atomically."""
+    image = render(panels, os.path.splitext(path)[1][1:].lower() or None, title)
+
+    def write(temporary: str) -> None:
+        with open(temporary, "wb") as file:
+            file.write(image)
+
+    replace_file(path, write)
+
+
+def render(panels: dict[str, Analysis], image_format: str | None,
+           title: str = "") -> bytes:
+    """What `draw` writes, as the bytes of an image file ("svg" or "png")."""
     try:
         import matplotlib
 
@@ -53,9 +68,9 @@ def draw(panels: dict[str, Analysis], path: str, title: str = "") -> None:
     if title:
         fig.suptitle(title, fontsize=10, x=0.01, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.93))
-    _save(fig, path)
-    plt.close(fig)
-
-
-def _save(fig, path: str) -> None:
-    replace_file(path, lambda temporary: fig.savefig(temporary, dpi=120))
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format=image_format, dpi=120)
+    finally:
+        plt.close(fig)
+    return buffer.getvalue()

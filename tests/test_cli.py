@@ -19,8 +19,9 @@ from jaxlib.mlir import ir
 
 import overlap_hlo
 from overlap_hlo import pipeline
+from overlap_hlo.api import BYTECODE_MAGIC
 from overlap_hlo.rewrite_pass import RewritePass
-from overlap_hlo.tools.overlap_opt import BYTECODE_MAGIC, main
+from overlap_hlo.tools.overlap_opt import main
 from overlap_hlo.tools.verify_diagnostics import parse_expectations
 
 DATA = Path(__file__).parent / "data"

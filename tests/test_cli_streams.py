@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from overlap_hlo.tools import overlap_opt
+from overlap_hlo.tools import cli
 from overlap_hlo.tools.overlap_opt import main
 
 SDY = Path(__file__).parent / "data" / "shard_map_sdy.mlir"
@@ -88,7 +88,7 @@ def test_closed_streams_in_process(monkeypatch, capsys):
 # Inputs without an end.
 
 def test_input_over_the_size_limit(monkeypatch, capsys):
-    monkeypatch.setattr(overlap_opt, "MAX_INPUT_BYTES", 1 << 20)
+    monkeypatch.setattr(cli, "MAX_INPUT_BYTES", 1 << 20)
     assert main(["/dev/zero"]) == 1
     assert one_error_line(capsys.readouterr().err) == (
         "overlap-opt: error: cannot read '/dev/zero': larger than the input limit of 1 MiB")
@@ -240,7 +240,7 @@ def test_pipeline_nested_too_deeply_is_one_short_usage_error(capsys):
 
 
 def test_large_regular_file_is_refused_unread(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(overlap_opt, "MAX_INPUT_BYTES", 1 << 20)
+    monkeypatch.setattr(cli, "MAX_INPUT_BYTES", 1 << 20)
     big = tmp_path / "big.mlir"
     with open(big, "wb") as file:
         file.truncate(3 << 20)   # sparse: nothing to read until someone reads it

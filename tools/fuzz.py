@@ -34,6 +34,8 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass
 
+from .cli import EXIT_FAILURE, EXIT_OK
+
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")   # host devices; no TPU backend start-up
@@ -636,7 +638,7 @@ def main(argv=None) -> int:
     for reason, count in reasons.most_common():
         print(f"  {count:5d}  {reason}")
     print(f"{passed} passed, {len(failures)} failed")
-    return 1 if failures else 0
+    return EXIT_FAILURE if failures else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -3,28 +3,22 @@
     overlap-opt [INPUT|-] [-o OUTPUT] [--pass-pipeline='builtin.module(...)'] ...
 
 Reads MLIR text, bytecode or a StableHLO portable artifact (stdin by default; at most
-MAX_INPUT_BYTES; text nested deeper than overlap_hlo.api.MAX_NESTING is refused before
+cli.MAX_INPUT_BYTES; text nested deeper than overlap_hlo.api.MAX_NESTING is refused before
 MLIR's parser sees it), runs the pipeline
 (`overlap_hlo.DEFAULT_PIPELINE` unless --pass-pipeline says otherwise) and writes the
 module (stdout by default). Exit status: 0 success; 1 failure (unreadable or malformed
 input, a pass or the verifier failed, diagnostics not as expected, output not
-writable, input over MAX_INPUT_BYTES); 2 usage error (bad flag, unknown pass or pass
+writable, input over cli.MAX_INPUT_BYTES); 2 usage error (bad flag, unknown pass or pass
 option). Killed by SIGINT, SIGTERM or SIGHUP it says so in one line, deletes its
 temporary output file and dies of that signal (the shell reports 128 + its number).
+Reading, writing, signals and the pass flags are tools/cli.py's, shared with
+overlap-report.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
-import errno
 import inspect
-import math
-import os
-import signal
-import stat
 import sys
-import tempfile
-import threading
 import traceback
 from dataclasses import MISSING, dataclass
 from typing import Callable
@@ -34,31 +28,18 @@ from jaxlib.mlir import ir
 import overlap_hlo
 from overlap_hlo import compat
 from overlap_hlo.large_stack import on_large_stack
-from overlap_hlo.api import (BYTECODE_MAGIC, UTF8_BOM, InputError, pass_defaults,
-                             unchanged_summary)
+from overlap_hlo.api import InputError, pass_defaults, unchanged_summary
 from overlap_hlo.locations import describe, file_line_col
 from overlap_hlo.pipeline import PipelineError, build_pass_manager, registered_passes
 from overlap_hlo.cost import PROFILES
 from overlap_hlo.rewrite_pass import Site, SiteLog, statistics
 
+from . import cli
+from .cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, STDIN_NAME, CliError, say
 from .verify_diagnostics import Diagnostic, parse_expectations, verify
 
 PROG = "overlap-opt"
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 SPLIT_MARKER = "// -----"
-STDIN_NAME = "<stdin>"
-MAX_INPUT_BYTES = 2 << 30   # 2 GiB: more than XLA's protobuf-based compile path takes
-READ_CHUNK = 64 << 20
-INTERRUPTS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
-                   if hasattr(signal, name))
-
-
-class CliError(Exception):
-    """Reported as one `overlap-opt: error: ...` line; ends the run with `exit_code`."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_FAILURE):
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     # Boolean flags read as in mlir-opt: a bare `--verify-each` means true and a value
     # comes only after "=", so `--verify-each input.mlir` keeps input.mlir an input.
     argv = ["--verify-each=true" if arg == "--verify-each" else arg for arg in argv]
-    with _closed_streams_guarded(), _interrupts_handled():
+    with cli.guarded(PROG):
         try:
             args = parser.parse_args(argv)
             outputs = [flag for flag, on in (("--emit-bytecode", args.emit_bytecode),
@@ -82,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return Driver(args).run()
         except CliError as err:
-            _error(str(err))
+            cli.error(PROG, str(err))
             return err.exit_code
         except MemoryError:
-            _error("out of memory")
+            cli.error(PROG, "out of memory")
             return EXIT_FAILURE
 
 
@@ -99,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                "signal (exit status 128 + the signal number in a shell).")
     parser.add_argument("input", nargs="?", default="-", metavar="INPUT",
                         help="MLIR text, bytecode or StableHLO portable artifact (at most "
-                             f"{MAX_INPUT_BYTES >> 30} GiB); '-' (the default) reads stdin")
+                             f"{cli.MAX_INPUT_BYTES >> 30} GiB); '-' (the default) reads "
+                             "stdin")
     parser.add_argument("-o", dest="output", default="-", metavar="OUTPUT",
                         help="output file, written only on success; '-' (the default) "
                              "is stdout")
@@ -108,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="pipeline such as 'builtin.module(overlap-all-gather-matmul"
                              "{threshold-mib=4},canonicalize,cse)' (default: "
                              "%(default)s)")
-    add_pass_flags(parser)
+    cli.add_pass_flags(parser)
     parser.add_argument("--remarks", action="store_true",
                         help="report every candidate site: what it is, whether it was "
                              "rewritten (or why not) and its predicted times")
@@ -120,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verify-diagnostics", action="store_true",
                         help="check diagnostics against '// expected-error {{...}}' "
                              "comments in the input")
-    parser.add_argument("--verify-each", type=_boolean, metavar="BOOL",
+    parser.add_argument("--verify-each", type=cli.boolean, metavar="BOOL",
                         help="run the verifier after each pass: true (the default; "
                              "also a bare --verify-each) or false")
     parser.add_argument("--no-verify-each", dest="verify_each", action="store_false",
@@ -142,170 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="report the time each pass took (to stderr)")
     parser.add_argument("--list-passes", action="store_true",
                         help="list the overlap passes and their options, then exit")
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action="version", version=cli.version(PROG))
     parser.set_defaults(verify_each=True)
     return parser
-
-
-def _at_least(kind: type, low, name: str):
-    """An argparse type: `kind(text)`, not nan, and >= `low`."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{text}' is not {name}") from None
-        if math.isnan(value) or value < low:
-            what = "a number " if kind is float else ""
-            raise argparse.ArgumentTypeError(f"'{text}' must be {what}>= {low}")
-        return value
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
-_threshold = _at_least(float, 0, "a number")
-_unroll = _at_least(int, 1, "an integer")
-
-
-def add_pass_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags that set options of every overlap pass the pipeline text leaves unset
-    (overlap-opt's; overlap-report has the same)."""
-    parser.add_argument("--threshold-mib", type=_threshold, default=None, metavar="MIB",
-                        help="sites communicating less are left unchanged "
-                             f"(default: {overlap_hlo.DEFAULT_THRESHOLD_MIB:g} MiB)")
-    parser.add_argument("--hardware", metavar="NAME|FILE.json",
-                        help="decide each site by the cost model for this hardware profile "
-                             f"({', '.join(PROFILES)}) or a JSON profile file; an explicit "
-                             "--threshold-mib overrides it")
-    parser.add_argument("--bidirectional", action=argparse.BooleanOptionalAction,
-                        default=None,
-                        help="rings in both directions (about N/2 rounds), or one stream "
-                             "(--no-bidirectional); default: the faster by the --hardware "
-                             "cost model, else one stream")
-    parser.add_argument("--unroll", type=_unroll, metavar="N",
-                        help="ring rounds per loop iteration, 1 to 16 (default 2 for TPU, "
-                             "else 1)")
-    parser.add_argument("--target", choices=("tpu", "gpu", "cpu"),
-                        help="the backend the output will be compiled for: its forms "
-                             "(TPU and GPU: buffers the ring writes whole are left "
-                             "uninitialised); default: the --hardware profile's, else "
-                             "forms every backend runs")
-    parser.add_argument("--f32-sums", action="store_const", const=True, default=None,
-                        help="sum the partial products of a contracting gathered dim in "
-                             "f32 for bf16 results (default: in the result's type; f16 "
-                             "and 8-bit floats always sum in f32)")
-
-
-def pass_flags(args: argparse.Namespace) -> dict:
-    """The pass options `add_pass_flags` set, as keyword options (unset ones left out)."""
-    given = {"threshold_mib": args.threshold_mib, "hardware": args.hardware,
-             "bidirectional": args.bidirectional, "unroll": args.unroll,
-             "f32_sums": args.f32_sums, "target": args.target}
-    return {key: value for key, value in given.items() if value is not None}
-
-
-def _boolean(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("true", "1", "on"):
-        return True
-    if lowered in ("false", "0", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"'{text}' is not true or false")
-
-
-def _version() -> str:
-    from importlib import metadata
-
-    import jaxlib
-
-    try:
-        ours = metadata.version("overlap-hlo")
-    except metadata.PackageNotFoundError:
-        ours = "unknown"
-    return f"{PROG} (overlap-hlo {ours}, jaxlib {jaxlib.__version__})"
-
-
-def _say(text: str) -> None:
-    """One line on stderr; a stderr that cannot be written to is not an error."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        print(text, file=sys.stderr, flush=True)
-
-
-def _error(message: str) -> None:
-    _say(f"{PROG}: error: {message.rstrip()}")
-
-
-@contextlib.contextmanager
-def _closed_streams_guarded():
-    """Run with stdin, stdout or stderr closed (`<&-`, `>&-`, `2>&-`).
-
-    A closed descriptor 0-2 gets /dev/null, so that no file the tool opens takes its
-    number (and nothing meant for the terminal lands in an output file); Python has
-    already set the matching sys.stdin/sys.stdout to None, which the Driver reports
-    as "closed" if it needs that stream. A missing sys.stderr writes to /dev/null.
-    """
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.open(os.devnull, os.O_RDWR)   # the lowest free number: `fd`
-    stderr = sys.stderr
-    if stderr is None:
-        sys.stderr = open(os.devnull, "w")
-    try:
-        yield
-    finally:
-        if stderr is None:
-            sys.stderr.close()
-            sys.stderr = stderr
-
-
-class _Interrupts:
-    """SIGINT, SIGTERM and SIGHUP: say so in one line, delete the temporary output file
-    (if one exists), and die of the signal, as the default action would."""
-
-    temporary: str | None = None
-
-    @classmethod
-    def handle(cls, signum, frame) -> None:
-        path, cls.temporary = cls.temporary, None
-        if path is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        with contextlib.suppress(OSError):
-            os.write(2, f"{PROG}: error: interrupted by {signal.Signals(signum).name}\n"
-                        .encode())
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-
-
-@contextlib.contextmanager
-def _interrupts_handled():
-    if threading.current_thread() is not threading.main_thread():
-        yield   # signal handlers can only be installed from the main thread
-        return
-    previous = {signum: signal.signal(signum, _Interrupts.handle) for signum in INTERRUPTS}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-@contextlib.contextmanager
-def _interrupts_blocked():
-    """Hold the interrupting signals back (while a temporary file is created and
-    recorded, so that none is left behind unrecorded)."""
-    block = getattr(signal, "pthread_sigmask", None)
-    if block is None:
-        yield
-        return
-    previous = block(signal.SIG_BLOCK, INTERRUPTS)
-    try:
-        yield
-    finally:
-        block(signal.SIG_SETMASK, previous)
 
 
 def list_passes() -> str:
@@ -384,7 +205,7 @@ class Driver:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.input_name = STDIN_NAME if args.input == "-" else args.input
-        self.defaults = pass_defaults(pass_flags(args), PROG)
+        self.defaults = pass_defaults(cli.pass_flags(args), PROG)
         self.diagnostics: list[Diagnostic] = []
         self.context: ir.Context | None = None
         self.sites: list[Site] = []   # every chunk's, for --pass-statistics
@@ -398,7 +219,7 @@ class Driver:
         try:
             self._check_pipeline()
             self._check_output_path()
-            chunks = self._chunks(self._read_input())
+            chunks = self._chunks(cli.read_input(self.args.input))
             # MLIR recurses once per nesting level: parse, passes and printing run on
             # a large stack (signal handlers stay on the main thread).
             results = on_large_stack(lambda: [self._process(chunk) for chunk in chunks])
@@ -406,10 +227,10 @@ class Driver:
             handler.detach()
         ok = all(result.ok for result in results)
         if self.args.pass_statistics:
-            _say(format_statistics(self.sites).rstrip("\n"))
+            say(format_statistics(self.sites).rstrip("\n"))
         summary = unchanged_summary(self.sites, see="--remarks")
         if summary and not (self.args.remarks or self.args.verify_diagnostics):
-            _say(f"{PROG}: warning: {summary}")
+            say(f"{PROG}: warning: {summary}")
         outputs = [result.output for result in results if result.output is not None]
         if ok or self.args.output == "-":  # a failed run never touches an output file
             separator = f"{SPLIT_MARKER}\n".encode()
@@ -427,60 +248,15 @@ class Driver:
 
     def _check_output_path(self) -> None:
         """Refuse, before any work, an output that cannot be written."""
-        path = self.args.output
-        if path == "-":
-            if sys.stdout is None:
-                raise CliError("cannot write to stdout: it is closed")
-            return
-        fail = lambda why: CliError(f"cannot write '{path}': {why}")  # noqa: E731
-        if not path:
-            raise fail("the file name is empty")
-        if path.endswith(("/", os.sep)) or os.path.isdir(path):
-            raise fail("it is a directory" if os.path.isdir(path) else
-                       "not a directory (the name ends with '/')")
-        try:
-            os.stat(path)
-        except OSError as err:
-            if err.errno == errno.ENOTDIR:
-                raise fail(f"'{_first_existing_parent(path)}' is not a directory") from None
-            if err.errno != errno.ENOENT:
-                raise fail(err.strerror or str(err)) from None
-        if os.path.islink(path) and not os.path.exists(path):
-            # A dangling link: writing creates its target, if the target's directory exists.
-            if not os.path.isdir(os.path.dirname(os.path.realpath(path))):
-                raise fail(f"it is a symbolic link to '{os.readlink(path)}', whose "
-                           "directory does not exist")
-            return
-        if not os.path.isdir(os.path.dirname(os.path.realpath(path))):
-            raise fail(f"directory '{os.path.dirname(path)}' does not exist")
-
-    def _read_input(self) -> bytes:
-        """The whole input, at most MAX_INPUT_BYTES of it (stdin, a file, a device)."""
-        if self.args.input == "-":
-            if sys.stdin is None:
-                raise CliError("cannot read stdin: it is closed")
-            stream = getattr(sys.stdin, "buffer", None)
-            if stream is None:   # a text stream put in place of stdin
-                return _read_bounded(sys.stdin, "stdin", text=True)
-            return _read_bounded(stream, "stdin")
-        try:
-            with open(self.args.input, "rb") as file:
-                return _read_bounded(file, f"'{self.args.input}'",
-                                     size=os.fstat(file.fileno()).st_size)
-        except OSError as err:
-            raise CliError(f"cannot read '{self.args.input}': "
-                           f"{err.strerror or err}") from None
+        if self.args.output == "-":
+            cli.check_stdout()
+        else:
+            cli.check_output_path(self.args.output)
 
     def _chunks(self, data: bytes) -> list[Chunk]:
-        if data.startswith(BYTECODE_MAGIC):
-            return [Chunk(data, "")]
-        if data.startswith(UTF8_BOM):   # as editors on Windows write it; not MLIR's
-            data = data[len(UTF8_BOM):]
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise CliError(f"'{self.input_name}' is neither UTF-8 text nor MLIR "
-                           "bytecode") from None
+        text = cli.decode_input(data, self.input_name)
+        if isinstance(text, bytes):   # MLIR bytecode
+            return [Chunk(text, "")]
         if not self.args.split_input_file:
             return [Chunk(text, text)]
         chunks, current, start = [], [], 0
@@ -501,65 +277,14 @@ class Driver:
     def _write(self, payload: bytes) -> None:
         if self.args.output == "-":
             self._write_stdout(payload)
-            return
-        try:
-            self._write_file(self.args.output, payload)
-        except OSError as err:
-            raise CliError(f"cannot write '{self.args.output}': "
-                           f"{err.strerror or err}") from None
-
-    @staticmethod
-    def _write_file(path: str, payload: bytes) -> None:
-        """Replace `path` atomically: a temporary file beside it, then os.replace.
-
-        Through a symlink the target is replaced, not the link; a device or a FIFO
-        (/dev/null, /dev/stdout) is written straight into, never replaced. A signal
-        that ends the run deletes the temporary file (see _Interrupts).
-        """
-        existing = os.stat(path) if os.path.exists(path) else None
-        if existing is not None and not stat.S_ISREG(existing.st_mode):
-            with open(path, "wb") as file:
-                file.write(payload)
-            return
-        target = os.path.realpath(path)
-        mode = stat.S_IMODE(existing.st_mode) if existing else 0o666 & ~_umask()
-        with _interrupts_blocked():
-            fd, temporary = tempfile.mkstemp(dir=os.path.dirname(target),
-                                             prefix=f".{os.path.basename(target)}.",
-                                             suffix=".tmp")
-            _Interrupts.temporary = temporary
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(payload)
-            os.chmod(temporary, mode)
-            os.replace(temporary, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
-        finally:
-            _Interrupts.temporary = None
+        else:
+            cli.write_file(self.args.output, payload)
 
     def _write_stdout(self, payload: bytes) -> None:
-        if sys.stdout is None:
-            raise CliError("cannot write to stdout: it is closed")
-        stream = getattr(sys.stdout, "buffer", None)
-        try:
-            sys.stdout.flush()
-            if stream is not None:
-                stream.write(payload)
-                stream.flush()
-            elif self.args.emit_bytecode or self.args.emit_portable_artifact:
-                raise CliError("stdout does not accept bytes; use -o to write bytecode")
-            else:
-                sys.stdout.write(payload.decode("utf-8"))
-                sys.stdout.flush()
-        except BrokenPipeError:
-            # The reader went away (`overlap-opt x.mlir | head`): say nothing more.
-            _discard_stdout()
-        except OSError as err:   # a full disk (`> /dev/full`), a revoked terminal, ...
-            _discard_stdout()
-            raise CliError(f"cannot write to stdout: {err.strerror or err}") from None
+        binary = self.args.emit_bytecode or self.args.emit_portable_artifact
+        if binary and sys.stdout is not None and getattr(sys.stdout, "buffer", None) is None:
+            raise CliError("stdout does not accept bytes; use -o to write bytecode")
+        cli.write_stdout(payload)
 
     # One chunk.
 
@@ -583,7 +308,7 @@ class Driver:
             expectations = parse_expectations(chunk.text, self.input_name)
             problems = verify(self.diagnostics, expectations)
             for problem in problems:
-                _say(problem)
+                say(problem)
             ok = not problems
         else:
             for diagnostic in self.diagnostics:
@@ -609,7 +334,7 @@ class Driver:
             self._add_mlir_error(err)
             return False
         except Exception as err:  # a bug in a pass, not in the input
-            _say(f"{PROG}: internal error while running the pipeline (please report "
+            say(f"{PROG}: internal error while running the pipeline (please report "
                  f"it):\n{traceback.format_exc().rstrip()}")
             self.diagnostics.append(Diagnostic(
                 "error", f"internal error: {type(err).__name__}: {err}",
@@ -671,61 +396,9 @@ class Driver:
                                            self._line(location)))
 
     def _print_diagnostic(self, diagnostic: Diagnostic) -> None:
-        _say(diagnostic.format())
+        say(diagnostic.format())
         for note in diagnostic.notes:
             self._print_diagnostic(note)
-
-
-def _read_bounded(stream, name: str, text: bool = False, size: int = 0) -> bytes:
-    """All of `stream`, or CliError once it holds more than MAX_INPUT_BYTES or memory
-    runs out (`/dev/zero`, an endless pipe). `size`: what fstat says (0 if unknown)."""
-    limit = MAX_INPUT_BYTES
-    too_large = f"larger than the input limit of {_size_text(limit)}"
-    if size > limit:   # a regular file: no need to read it first
-        raise CliError(f"cannot read {name}: {_size_text(size)}, {too_large}")
-    chunks, size = [], 0
-    try:
-        while size <= limit:
-            chunk = stream.read(min(READ_CHUNK, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk.encode("utf-8") if text else chunk)
-            size += len(chunks[-1])
-        if size > limit:
-            raise CliError(f"cannot read {name}: {too_large}")
-        return b"".join(chunks)
-    except MemoryError:
-        chunks.clear()
-        raise CliError(f"cannot read {name}: out of memory after {_size_text(size)}") from None
-    except OSError as err:
-        raise CliError(f"cannot read {name}: {err.strerror or err}") from None
-
-
-def _size_text(size: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if size >= 1 << shift:
-            return f"{size / (1 << shift):g} {unit}"
-    return f"{size} bytes"
-
-
-def _first_existing_parent(path: str) -> str:
-    """The nearest ancestor of `path`, as the user spelled it, that exists."""
-    parent = os.path.dirname(path.rstrip("/" + os.sep))
-    while parent and not os.path.lexists(parent):
-        parent = os.path.dirname(parent)
-    return parent or "."
-
-
-def _discard_stdout() -> None:
-    """Point fd 1 at /dev/null so that the interpreter's last flush cannot fail again."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 if __name__ == "__main__":

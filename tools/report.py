@@ -6,38 +6,35 @@ report, per site, what the TPU compiler's schedule overlaps.
                    [--hardware=NAME] [--pass-pipeline=P] [--json OUT] [--timeline OUT.svg]
 
 Needs libtpu (pip install 'overlap-hlo[tpu]'); --timeline needs matplotlib (the `bench`
-extra). Exit status: 0 success; 1 failure (unreadable input, libtpu missing, the
-module does not fit the slice or does not compile); 2 usage error.
+extra). Input and output as for overlap-opt (tools/cli.py): MLIR text (a UTF-8 byte
+order mark is ignored), bytecode or a portable artifact, at most cli.MAX_INPUT_BYTES;
+--json and --timeline are checked before any compile work and replaced atomically.
+Exit status: 0 success; 1 failure (unreadable input, libtpu missing, the module does
+not fit the slice or does not compile, an output not writable); 2 usage error. Killed
+by SIGINT, SIGTERM or SIGHUP it says so in one line, deletes its temporary output file
+and dies of that signal.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import stat
 import sys
 
 from jaxlib.mlir import ir
 
 import overlap_hlo
-from overlap_hlo.atomic import replace_file
+from overlap_hlo.api import InputError
+from overlap_hlo.large_stack import on_large_stack
 from overlap_hlo.locations import describe
 from overlap_hlo.pipeline import PipelineError, build_pass_manager
 from overlap_hlo.rewrite_pass import SiteLog
 
-from .overlap_opt import add_pass_flags, pass_flags
+from . import cli
+from .cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, STDIN_NAME, CliError
 
 PROG = "overlap-report"
-STDIN_NAME = "<stdin>"
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 TIMELINE_SUFFIXES = (".svg", ".png")
-
-
-class CliError(Exception):
-    def __init__(self, message: str, exit_code: int = EXIT_FAILURE):
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,82 +50,84 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compile a StableHLO module for a TPU slice, original and rewritten, "
                     "and report per site the permutes the schedule overlaps, exposed "
                     "communication and predicted times.",
-        epilog="Exit status: 0 success, 1 failure, 2 usage error.")
+        epilog="Exit status: 0 success, 1 failure, 2 usage error. Interrupted by SIGINT, "
+               "SIGTERM or SIGHUP it deletes its temporary output file and dies of the "
+               "signal (exit status 128 + the signal number in a shell).")
     parser.add_argument("input", nargs="?", default="-", metavar="INPUT",
-                        help="MLIR text or bytecode file; '-' (the default) reads stdin")
+                        help="MLIR text, bytecode or StableHLO portable artifact (at most "
+                             f"{cli.MAX_INPUT_BYTES >> 30} GiB); '-' (the default) reads "
+                             "stdin")
     parser.add_argument("--tpu", required=True, metavar="TOPOLOGY",
                         help="TPU slice to compile for, e.g. v5e:2x4, v5p:2x2x2, v6e:2x4, "
                              "v4:2x2x1")
     parser.add_argument("--pass-pipeline", default=overlap_hlo.DEFAULT_PIPELINE,
                         metavar="PIPELINE", help="as for overlap-opt (default: %(default)s)")
-    add_pass_flags(parser)
+    cli.add_pass_flags(parser)
     parser.add_argument("--json", metavar="OUT", help="write the report as JSON")
     parser.add_argument("--timeline", metavar="OUT.svg|OUT.png",
                         help="draw the modelled schedules, before and after (needs "
                              "matplotlib)")
-    parser.add_argument("--version", action="version", version=f"{PROG} (overlap-hlo "
-                        f"{_package_version()})")
+    parser.add_argument("--version", action="version", version=cli.version(PROG))
     return parser
-
-
-def _package_version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("overlap-hlo")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    try:
-        args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
-        if args.timeline and not args.timeline.lower().endswith(TIMELINE_SUFFIXES):
-            parser.error("--timeline must name a .svg or .png file")
-    except SystemExit as done:
-        return EXIT_OK if done.code is None else int(done.code)
-    try:
-        return run(args)
-    except CliError as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
-        return err.exit_code
-    except Exception as err:  # a bug here, not in the input: still one line
-        print(f"{PROG}: internal error (please report it): {type(err).__name__}: "
-              f"{_one_line(err)}", file=sys.stderr, flush=True)
-        return EXIT_FAILURE
+    with cli.guarded(PROG):
+        try:
+            args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+            if (args.timeline is not None
+                    and not args.timeline.lower().endswith(TIMELINE_SUFFIXES)):
+                parser.error("--timeline must name a .svg or .png file")
+        except SystemExit as done:  # --help, --version, or a usage error
+            return EXIT_OK if done.code is None else int(done.code)
+        try:
+            return run(args)
+        except CliError as err:
+            cli.error(PROG, str(err))
+            return err.exit_code
+        except MemoryError:
+            cli.error(PROG, "out of memory")
+            return EXIT_FAILURE
+        except Exception as err:  # a bug here, not in the input: still one line
+            cli.say(f"{PROG}: internal error (please report it): {type(err).__name__}: "
+                    f"{_one_line(err)}")
+            return EXIT_FAILURE
 
 
 def run(args: argparse.Namespace) -> int:
     from overlap_hlo import report, tpu
 
-    options = pass_flags(args)
+    options = cli.pass_flags(args)
     _check_pipeline(args.pass_pipeline, options)
+    cli.check_stdout()   # the report itself
     for path in (args.json, args.timeline):
-        _check_output_path(path)
-    if args.timeline:
+        if path is not None:
+            cli.check_output_path(path)
+    if args.timeline is not None:
         _require_matplotlib()
     input_name = STDIN_NAME if args.input == "-" else args.input
-    module = _parse(_read(args.input), input_name)
+    module = _parse(cli.decode_input(cli.read_input(args.input), input_name), input_name)
     try:
-        rep = report.build(module, args.tpu, args.pass_pipeline, input_name=input_name,
-                           timeline=bool(args.timeline), **options)
+        # Off the main thread, which stays free to handle signals during the compile.
+        rep = on_large_stack(lambda: report.build(
+            module, args.tpu, args.pass_pipeline, input_name=input_name,
+            timeline=args.timeline is not None, **options))
     except tpu.TpuError as err:
         raise CliError(_one_line(err)) from None
     except ir.MLIRError as err:
         raise CliError(_mlir_error(err, input_name)) from None
-    sys.stdout.write(rep.format())
-    if args.json:
+    cli.write_stdout(rep.format().encode("utf-8"))
+    if args.json is not None:
         payload = json.dumps({"input": input_name, **rep.to_json()}, indent=1) + "\n"
-        _write(args.json, payload.encode())
-    if args.timeline:
+        cli.write_file(args.json, payload.encode("utf-8"))
+    if args.timeline is not None:
         from overlap_hlo import schedule_plot
 
-        try:
-            schedule_plot.draw({"original": rep.original, "rewritten": rep.rewritten},
-                               args.timeline, title=f"{input_name} on {rep.topology}")
-        except OSError as err:
-            raise CliError(f"cannot write '{args.timeline}': {err.strerror or err}") from None
+        image = schedule_plot.render({"original": rep.original, "rewritten": rep.rewritten},
+                                     os.path.splitext(args.timeline)[1][1:].lower(),
+                                     title=f"{input_name} on {rep.topology}")
+        cli.write_file(args.timeline, image)
     return EXIT_OK
 
 
@@ -140,17 +139,6 @@ def _check_pipeline(pipeline: str, options: dict) -> None:
         raise CliError(str(err), EXIT_USAGE) from None
 
 
-def _check_output_path(path: str | None) -> None:
-    if not path:
-        return
-    directory = os.path.dirname(os.path.realpath(path))
-    if not os.path.isdir(directory):
-        raise CliError(f"cannot write '{path}': directory '{os.path.dirname(path)}' "
-                       "does not exist")
-    if os.path.isdir(path):
-        raise CliError(f"cannot write '{path}': it is a directory")
-
-
 def _require_matplotlib() -> None:
     import importlib.util
 
@@ -158,25 +146,14 @@ def _require_matplotlib() -> None:
         raise CliError("--timeline needs matplotlib: pip install 'overlap-hlo[bench]'")
 
 
-def _read(path: str) -> bytes:
-    if path == "-":
-        stream = getattr(sys.stdin, "buffer", None)
-        return stream.read() if stream is not None else sys.stdin.read().encode()
+def _parse(source: str | bytes, input_name: str) -> ir.Module:
     try:
-        with open(path, "rb") as file:
-            return file.read()
-    except OSError as err:
-        raise CliError(f"cannot read '{path}': {err.strerror or err}") from None
-
-
-def _parse(data: bytes, input_name: str) -> ir.Module:
-    """MLIR text, or bytecode (anything that is not UTF-8 is tried as bytecode)."""
-    with contextlib.suppress(UnicodeDecodeError):
-        data = data.decode("utf-8")
-    try:
-        return overlap_hlo.parse(data)
+        return overlap_hlo.parse(source)
     except ir.MLIRError as err:
         raise CliError(_mlir_error(err, input_name)) from None
+    except InputError as err:   # nested too deeply, an unreadable portable artifact
+        where = input_name if err.line is None else f"{input_name}:{err.line}:{err.column}"
+        raise CliError(f"{where}: {err.reason}") from None
 
 
 def _mlir_error(err: ir.MLIRError, input_name: str) -> str:
@@ -189,23 +166,6 @@ def _mlir_error(err: ir.MLIRError, input_name: str) -> str:
 def _one_line(value) -> str:
     text = str(value).strip()
     return text.splitlines()[0] if text else type(value).__name__
-
-
-def _write(path: str, payload: bytes) -> None:
-    """Replace `path` atomically (a temporary file beside it, then a rename)."""
-    try:
-        target = os.path.realpath(path)
-        if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
-            with open(target, "wb") as file:   # /dev/stdout, a FIFO: write straight in
-                file.write(payload)
-            return
-        def write(temporary: str) -> None:
-            with open(temporary, "wb") as file:
-                file.write(payload)
-
-        replace_file(target, write)
-    except OSError as err:
-        raise CliError(f"cannot write '{path}': {err.strerror or err}") from None
 
 
 if __name__ == "__main__":
