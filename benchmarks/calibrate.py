@@ -81,6 +81,7 @@ class Sample:
                                element_type=s.element_type, block_bytes=s.block_bytes,
                                whole_bytes=s.whole_bytes, sliced_bytes=s.sliced_bytes,
                                spans_all_devices=s.spans_all_devices,
+                               link_load=s.link_load,
                                plan={f.name: getattr(s.plan, f.name)
                                      for f in dataclasses.fields(RingPlan) if f.init})
                           for s in self.shapes]
@@ -94,7 +95,8 @@ class Sample:
                                       RingPlan(**{k: v for k, v in s["plan"].items()
                                                   if k in known}),
                                       s.get("whole_bytes", 0.0), s.get("sliced_bytes", 0.0),
-                                      s.get("spans_all_devices", False))
+                                      s.get("spans_all_devices", False),
+                                      s.get("link_load", 1))
                        for s in data["shapes"])
         return cls(**{**data, "shapes": shapes, "size": tuple(data.get("size", ()))})
 

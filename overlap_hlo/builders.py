@@ -165,12 +165,17 @@ def rem(a: ir.Value, b: ir.Value) -> ir.Value:
 
 def block_offset(position: ir.Value, step: ir.Value | int, group_size: int,
                  block: int, sign: int = 1, extra: int = 0) -> ir.Value:
-    """`((position + sign * step + extra) mod group_size) * block`.
+    """`((position + sign * step + extra) mod group_size) * block`, or, for a ring in
+    physical order (`position` is then the device's visit row, see `ring_position`),
+    `position[(sign * step + extra) mod group_size] * block`.
 
     `step` is a loop value in [0, group_size] or a Python int; the index is kept
     non-negative before the remainder. The block index is a `tensor<i32>`; the offset
     is one too unless the dim's extent (group_size * block) exceeds int32, then a
     `tensor<i64>` (the index converted before the multiply)."""
+    visits = None
+    if ir.RankedTensorType(position.type).rank == 1:
+        visits, position = position, scalar_i32(0)
     if isinstance(step, int):
         index, shift = position, (sign * step + extra) % group_size
     elif sign > 0:
@@ -181,6 +186,9 @@ def block_offset(position: ir.Value, step: ir.Value | int, group_size: int,
     if shift:
         index = add(index, scalar_i32(shift))
     index = rem(index, scalar_i32(group_size))
+    if visits is not None:
+        index = stablehlo.reshape(ir.RankedTensorType.get([], i32_type()), stablehlo.dynamic_slice(
+            visits, [index], [1], results=[ir.RankedTensorType.get([1], i32_type())]))
     dtype = index_dtype(group_size * block)
     if dtype is np.int64:
         index = stablehlo.convert(ir.RankedTensorType.get([], i64_type()), index)
@@ -247,10 +255,15 @@ def device_id(kind: str) -> ir.Value:
 
 
 def ring_position(ring: Ring) -> ir.Value:
-    """This device's position in its group: a table lookup of its id, computed in a
-    nested sdy.manual_computation over the automatic axes when the site sits in a
-    partially manual region (as JAX's axis_index does)."""
-    table, kind, auto = ring.position_table(), ring.kind, ring.auto
+    """This device's position in its group (a table lookup of its id), or, for a ring
+    in physical order, its visit row: the blocks it holds after 0..N-1 shifts (a
+    `tensor<N x i32>`, see `Ring.visit_table`). The position is computed in a nested
+    sdy.manual_computation over the automatic axes when the site sits in a partially
+    manual region (as JAX's axis_index does)."""
+    kind, auto = ring.kind, ring.auto
+    if ring.orders is not None:   # never with automatic axes (Ring.in_physical_order)
+        return table_row(ring.visit_table(), device_id(kind), ring.size)
+    table = ring.position_table()
     if auto is None:
         return table_lookup(table, device_id(kind))
     scalar = ir.RankedTensorType.get([], i32_type())
@@ -261,6 +274,15 @@ def ring_position(ring: Ring) -> ir.Value:
     with ir.InsertionPoint(region.body.blocks.append()):
         sdy.ReturnOp([table_lookup(table, device_id(kind))])
     return region.results[0]
+
+
+def table_row(table: Sequence[int], index: ir.Value, width: int) -> ir.Value:
+    """Entries index*width .. index*width+width-1 of a constant table, a
+    `tensor<width x i32>`."""
+    start = mul(index, scalar_i32(width))
+    return stablehlo.dynamic_slice(
+        constant_array(np.asarray(table, dtype=I32)), [start], [width],
+        results=[ir.RankedTensorType.get([width], i32_type())])
 
 
 def collective_permute(value: ir.Value, pairs: Sequence[tuple[int, int]],

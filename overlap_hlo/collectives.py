@@ -9,6 +9,7 @@ says why it can't.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,7 @@ from jaxlib.mlir.dialects import stablehlo
 from .dominance import not_run_by_all
 from .manual import AutoAxes, auto_axes_at
 from .meshes import MAX_DEVICES, is_mesh_axes, mesh_axes_groups
+from .ring_order import Links, physical_order, ring_load
 from .unsupported import Unsupported
 
 
@@ -35,6 +37,8 @@ class Ring:
     kind: str
     num_ids: int
     auto: AutoAxes | None = None  # mesh axes still automatic where the site sits
+    # Per group, the group index at each ring position (None: the group's own order).
+    orders: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def size(self) -> int:
@@ -45,12 +49,29 @@ class Ring:
         """One group of every device the module runs on."""
         return len(self.groups) == 1 and self.size == self.num_ids
 
+    def member(self, group: int, position: int) -> int:
+        """The device at ring `position` of group `group` (its physical order, if any)."""
+        members = self.groups[group]
+        return members[position if self.orders is None else self.orders[group][position]]
+
     def position_table(self) -> list[int]:
-        """Entry d is the position of device id d within its group."""
+        """Entry d is the ring position of device id d within its group."""
         table = [0] * self.num_ids
-        for group in self.groups:
-            for position, device in enumerate(group):
-                table[device] = position
+        for g in range(len(self.groups)):
+            for position in range(self.size):
+                table[self.member(g, position)] = position
+        return table
+
+    def visit_table(self) -> list[int]:
+        """Entries d*N .. d*N+N-1: the group index (the block) of the device k ring
+        positions after device d, for k = 0..N-1 (a ring in physical order)."""
+        n, table = self.size, [0] * (self.num_ids * self.size)
+        for g, members in enumerate(self.groups):
+            index = {device: i for i, device in enumerate(members)}
+            for position in range(n):
+                start = self.member(g, position) * n
+                for k in range(n):
+                    table[start + k] = index[self.member(g, (position + k) % n)]
         return table
 
     def shift_pairs(self, sign: int = 1) -> list[tuple[int, int]]:
@@ -59,7 +80,34 @@ class Ring:
         After k shifts with sign +1 position p holds the buffer of p + k; with -1, of
         p - k."""
         n = self.size
-        return [(group[q], group[(q - sign) % n]) for group in self.groups for q in range(n)]
+        return [(self.member(g, q), self.member(g, (q - sign) % n))
+                for g in range(len(self.groups)) for q in range(n)]
+
+    def step_load(self, links: Links | None, streams: int = 1) -> int:
+        """The busiest link's load in one step of this ring with `streams` streams
+        (`ring_order.ring_load`; 1 without links covering the ids)."""
+        if links is None or len(links.coords) != self.num_ids:
+            return 1
+        n = self.size
+        return max(1, max(ring_load(links, [self.member(g, p) for p in range(n)], streams)
+                          for g in range(len(self.groups))))
+
+    def in_physical_order(self, links: Links | None, streams: int = 1) -> Ring:
+        """This ring visiting each group in the order `ring_order.physical_order` finds
+        on `links` for a ring of `streams` streams (unchanged without links, in a
+        partially manual region, when no group gains, or when the visit table would
+        exceed MAX_RING_PAIRS entries; Unsupported when `links` does not place every
+        id)."""
+        if links is not None and len(links.coords) != self.num_ids:
+            raise Unsupported(f"device-coords places {len(links.coords)} devices but the "
+                              f"group's ids run to {self.num_ids}", kind="device-coords")
+        if links is None or self.auto is not None or self.num_ids * self.size > MAX_RING_PAIRS:
+            return self
+        orders = [physical_order(links, members, streams) for members in self.groups]
+        if all(order is None for order in orders):
+            return self
+        identity = tuple(range(self.size))
+        return dataclasses.replace(self, orders=tuple(order or identity for order in orders))
 
     def require_pairs(self, permutes: int) -> None:
         """Unsupported when `permutes` permutes of this ring would list more than

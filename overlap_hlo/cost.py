@@ -328,6 +328,7 @@ class SiteShape:
     sliced_bytes: float = 0.0  # the sliced operands and the results, whole: one read
                                # or write of each block's share
     spans_all_devices: bool = False  # one group of every device (Ring.spans_all_devices)
+    link_load: int = 1         # transfers sharing the busiest link in a ring step
 
 
 def estimate(site: SiteShape, hw: Hardware) -> Estimate:
@@ -335,7 +336,7 @@ def estimate(site: SiteShape, hw: Hardware) -> Estimate:
     iterations come from the site's ring plan."""
     n, plan = site.group_size, site.plan
     t_c = hw.matmul_us(site.flops / n, site.element_type)
-    t_m = hw.shift_us(site.block_bytes)
+    t_m = hw.shift_us(site.block_bytes * site.link_load)
     collective = hw.collective_us(site.block_bytes, n)
     if plan.kind == SCATTER and site.spans_all_devices and hw.all_reduce_whole_scatter:
         collective *= 2     # an all-reduce: a reduce-scatter, then an all-gather

@@ -225,7 +225,7 @@ def build_variants(source, topology: str | tpu.Topology, variants: dict[str, dic
     """One report per option set in `variants` (name -> options), the original
     compiled once."""
     topo = tpu.topology(topology) if isinstance(topology, str) else topology
-    timing = Timing(topo.hardware, topo.chip.clock_ghz, topo.device_count)
+    timing = Timing(topo.hardware, topo.chip.clock_ghz, topo.device_count, topo.links)
     original_compiled = tpu.compile_module(tpu.as_module(source), topo)
     original = analyze(original_compiled, timing, timeline, trip_counts)
     reports = {}

@@ -21,6 +21,7 @@ from .dominance import Callers
 from .dots import tensor_bytes
 from .locations import describe
 from .normalize import normalize
+from .ring_order import Links
 from .ring_plan import RingPlan
 from .unsupported import Unsupported
 
@@ -248,8 +249,15 @@ class RewritePass:
                 "ring writes whole are left uninitialised: custom_call @AllocateBuffer), "
                 "cpu; default: the hardware profile's, else forms every backend runs"})
 
+    device_coords: str = field(default="", metadata={
+        "help": "where each device sits on the slice, EXTENTS:COORDS (e.g. "
+                "2x4:0,0;1,0;0,1;...; an extent ending in t wraps around): rings then "
+                "visit their group in an order of physical neighbours. overlap-report "
+                "sets it from --tpu; overlap_hlo.tpu.device_coords(SLICE) gives it"})
+
     # The profile predictions use, loaded once per pass instance (not per site).
     profile: cost.Hardware = field(init=False, repr=False, compare=False)
+    links: Links | None = field(init=False, repr=False, compare=False)
 
     name: ClassVar[str] = ""
     root: ClassVar[type] = object
@@ -262,6 +270,11 @@ class RewritePass:
         except (OSError, TypeError, ValueError) as err:
             raise ValueError(f"pass '{self.name}': {err}") from None
         object.__setattr__(self, "profile", profile)
+        try:
+            links = Links.parse(self.device_coords) if self.device_coords else None
+        except ValueError as err:
+            raise ValueError(f"pass '{self.name}': device-coords: {err}") from None
+        object.__setattr__(self, "links", links)
         if self.threshold_mib is not None and not self.threshold_mib >= 0:  # rejects nan
             raise ValueError(f"pass '{self.name}': threshold-mib must be >= 0, "
                              f"got {self.threshold_mib}")
@@ -275,6 +288,13 @@ class RewritePass:
         if self.unroll > MAX_UNROLL:
             raise ValueError(f"pass '{self.name}': unroll must be at most {MAX_UNROLL}, got "
                              f"{self.unroll}")
+
+    def planned(self, site: SiteShape, ring, plan: RingPlan) -> SiteShape:
+        """`site` with ring plan `plan`, and the link load of that ring's step in the
+        order it would visit its groups (`Ring.in_physical_order`)."""
+        ordered = ring.in_physical_order(self.links, plan.streams)
+        return dataclasses.replace(site, plan=plan,
+                                   link_load=ordered.step_load(self.links, plan.streams))
 
     @property
     def platform(self) -> str:

@@ -8,8 +8,10 @@ schedule order on one compute stream and one lane per link direction:
 - an instruction with a cycle estimate (`estimated_cycles` in its backend config, the
   TPU compiler's own figure) occupies the compute stream for cycles / clock;
 - a `collective-permute-start` puts its operand on the link lane of its
-  source->target pairs (latency + bytes / (one-direction link bandwidth x efficiency),
-  the cost model's shift time); its `collective-permute-done` waits for it: the wait
+  source->target pairs (latency + bytes x the pairs sharing its busiest link, its own
+  and those of permutes already in flight / (one-direction link bandwidth x
+  efficiency): the cost model's shift time when no link is shared, `Timing.links`);
+  its `collective-permute-done` waits for it: the wait
   is exposed communication, the compute scheduled in between is its window;
 - a synchronous collective (all-gather, reduce-scatter, all-reduce, all-to-all) holds
   the compute stream for a ring over both link directions, as the cost model credits
@@ -30,6 +32,7 @@ from typing import Callable
 
 from . import cost
 from .hlo_proto import Instruction, ModuleProto, parse_module
+from .ring_order import Links
 
 MATMUL_OPCODES = frozenset({"convolution", "dot", "ragged-dot"})
 SYNC_COLLECTIVES = frozenset({"all-gather", "reduce-scatter", "all-reduce", "all-to-all",
@@ -50,13 +53,18 @@ class Timing:
     hardware: cost.Hardware
     clock_ghz: float
     partitions: int = 1
+    links: Links | None = None     # where partition i sits: a permute pays its busiest link
 
     def compute_us(self, instr: Instruction) -> float:
         cycles = instr.estimated_cycles()
         return cycles / (self.clock_ghz * 1e3) if cycles else 0.0
 
-    def permute_us(self, nbytes: int) -> float:
-        return self.hardware.shift_us(nbytes)
+    def permute_us(self, nbytes: int, pairs: tuple = (), alongside: tuple = ()) -> float:
+        """One permute: its bytes times the pairs crossing its busiest link, its own and
+        those of the permutes in flight `alongside` (one when no link is shared, or
+        without `links`)."""
+        load = self.links.max_link_load(pairs, alongside) if self.links and pairs else 1
+        return self.hardware.shift_us(nbytes * max(load, 1))
 
     def collective_us(self, opcode: str, in_bytes: int, out_bytes: int, n: int) -> float:
         """A library collective over a ring of n, using both link directions (the cost
@@ -422,9 +430,10 @@ class _Walker:
             out = shape.nbytes
         return op, in_bytes, out
 
-    def transfer_us(self, instr: Instruction, op: str, in_bytes: int, out_bytes: int) -> float:
+    def transfer_us(self, instr: Instruction, op: str, in_bytes: int, out_bytes: int,
+                    alongside: tuple = ()) -> float:
         if op == "collective-permute":
-            return self.timing.permute_us(in_bytes)
+            return self.timing.permute_us(in_bytes, instr.pairs, alongside)
         n = instr.group_size
         if not n and op == "all-gather" and in_bytes:
             n = round(out_bytes / in_bytes)
@@ -434,9 +443,12 @@ class _Walker:
 
     def start_transfer(self, instr: Instruction, computation: str, index: int, t: float):
         op, in_bytes, out_bytes = self.transfer_bytes(instr)
-        duration = self.transfer_us(instr, op, in_bytes, out_bytes)
         lane = self.lane(instr.pairs) if op == "collective-permute" else self.lane(("*",))
         begin = max(t, self.lane_free[lane])
+        alongside = tuple(pair for key, name in self.lanes.items()   # permutes in flight
+                          if name != lane and key != ("*",) and self.lane_free[name] > begin
+                          for pair in key)
+        duration = self.transfer_us(instr, op, in_bytes, out_bytes, alongside)
         end = begin + duration
         self.lane_free[lane] = end
         self.span(lane, begin, end, instr,

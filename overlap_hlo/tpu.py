@@ -25,6 +25,7 @@ from jaxlib.mlir import ir
 
 from . import api, compat, cost
 from .pipeline import DEFAULT_PIPELINE
+from .ring_order import Links
 from .rewrite_pass import Site
 
 
@@ -47,15 +48,23 @@ class Chip:
     profile: str        # cost.PROFILES entry with its link figures
     clock_ghz: float    # turns the compiler's estimated_cycles into time
     source: str
+    wrap_multiple: int = 0   # an axis whose extent is a multiple of this wraps around
+    wrap_extent: int = 0     # an axis of exactly this extent wraps around
+
+    def wraps(self, extent: int) -> bool:
+        """Whether an axis of the slice with this many chips has wraparound links."""
+        return (extent > 2 and ((self.wrap_multiple and extent % self.wrap_multiple == 0)
+                                or extent == self.wrap_extent))
 
 
 # Clock = datasheet peak / (MXUs x MXU size^2 x 2 FLOPs per cycle).
 CHIPS = {
     "v4": Chip("tpu-v4", 1.05, "275 TFLOP/s / (2 TensorCores x 4 MXUs x 128^2 x 2); 1050 MHz "
-                              "in Jouppi et al., ISCA 2023"),
-    "v5e": Chip("tpu-v5e", 1.5, "197 TFLOP/s / (4 MXUs x 128^2 x 2)"),
-    "v5p": Chip("tpu-v5p", 1.75, "459 TFLOP/s / (2 TensorCores x 4 MXUs x 128^2 x 2)"),
-    "v6e": Chip("tpu-v6e", 1.75, "918 TFLOP/s / (4 MXUs x 256^2 x 2)"),
+                              "in Jouppi et al., ISCA 2023", wrap_multiple=4),
+    "v5e": Chip("tpu-v5e", 1.5, "197 TFLOP/s / (4 MXUs x 128^2 x 2)", wrap_extent=16),
+    "v5p": Chip("tpu-v5p", 1.75, "459 TFLOP/s / (2 TensorCores x 4 MXUs x 128^2 x 2)",
+                wrap_multiple=4),
+    "v6e": Chip("tpu-v6e", 1.75, "918 TFLOP/s / (4 MXUs x 256^2 x 2)", wrap_extent=16),
 }
 
 
@@ -73,6 +82,14 @@ class Topology:
     @property
     def device_count(self) -> int:
         return len(self.devices)
+
+    @property
+    def links(self) -> Links:
+        """Where device i (partition i of a compiled module) sits: its chip's
+        coordinates, the slice's extents and their wraparound (docs/reference.md)."""
+        extents = tuple(int(n) for n in self.name.split(":", 1)[1].lower().split("x"))
+        coords = tuple(tuple(d.coords)[:len(extents)] for d in self.devices)
+        return Links(coords, extents, tuple(self.chip.wraps(n) for n in extents))
 
 
 def libtpu_available() -> bool:
@@ -243,12 +260,13 @@ def compile_rewritten(module: ir.Module, topo: Topology, pipeline: str = DEFAULT
 
 def tpu_options(options: dict, topo: Topology) -> dict:
     """Pass `options` for a TPU compile on `topo`: those given (None: the default),
-    target tpu unless another is given, and, when neither a threshold nor a profile
-    is, the slice's profile: its cost model decides each site."""
+    target tpu and the slice's device coordinates (rings of physical neighbours)
+    unless others are given, and, when neither a threshold nor a profile is, the
+    slice's profile: its cost model decides each site."""
     given = {k: v for k, v in options.items() if v is not None}
     if "threshold_mib" not in given and "hardware" not in given:
         given["hardware"] = topo.hardware.name
-    return {"target": "tpu", **given}
+    return {"target": "tpu", "device_coords": topo.links.text(), **given}
 
 
 # -- the placeholder lowering (its private JAX paths are in compat.py) ----------------

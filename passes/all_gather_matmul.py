@@ -379,9 +379,10 @@ class OverlapAllGatherMatmul(RewritePass):
                               sliced_bytes=sum(c for _, c in traffics),
                               spans_all_devices=ring.spans_all_devices)
 
+        site = self.planned(site, ring, site.plan)
+
         def shape_of(bidirectional: bool) -> cost.SiteShape:
-            return dataclasses.replace(site, plan=ring_plan(ring.size, self, sums,
-                                                            bidirectional))
+            return self.planned(site, ring, ring_plan(ring.size, self, sums, bidirectional))
 
         if sums and self.platform == "tpu":
             raise Unsupported(
@@ -393,6 +394,7 @@ class OverlapAllGatherMatmul(RewritePass):
                 estimate=cost.estimate(site, self.profile))
         decision = self.decide(gather.results[0].type, shape_of, detail)
         plan = decision.estimate.plan
+        ring = ring.in_physical_order(self.links, plan.streams)
         ring.require_pairs(len(groups) * plan.permutes)
         if ring.uses_channel:
             scan.require_channels(len(groups) * plan.permutes)

@@ -22,7 +22,6 @@ Example:
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
@@ -125,9 +124,10 @@ class OverlapMatmulReduceScatter(RewritePass):
                               whole_bytes=sum(w for w, _ in traffics),
                               sliced_bytes=sum(c for _, c in traffics),
                               spans_all_devices=ring.spans_all_devices)
-        decision = self.decide(top.results[0].type, lambda bidirectional: dataclasses.replace(
-            site, plan=ring_plan(ring.size, self, block, bidirectional)), detail)
+        decision = self.decide(top.results[0].type, lambda bidirectional: self.planned(
+            site, ring, ring_plan(ring.size, self, block, bidirectional)), detail)
         plan = decision.estimate.plan
+        ring = ring.in_physical_order(self.links, plan.streams)
         ring.require_pairs(plan.permutes)
         if ring.uses_channel:
             scan.require_channels(plan.permutes)

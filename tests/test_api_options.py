@@ -24,7 +24,7 @@ from overlap_hlo.rewrite_pass import Site
 from overlap_hlo.tools.overlap_opt import main
 
 SDY = Path(__file__).parent / "data" / "shard_map_sdy.mlir"
-OPTIONS = "threshold_mib, hardware, bidirectional, unroll, f32_sums, target"
+OPTIONS = "threshold_mib, hardware, bidirectional, unroll, f32_sums, target, device_coords"
 
 # A site the passes must leave alone: the gather and its dot sit in a branch of a
 # conditional, which not every device may take.

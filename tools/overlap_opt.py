@@ -91,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "{threshold-mib=4},canonicalize,cse)' (default: "
                              "%(default)s)")
     cli.add_pass_flags(parser)
+    parser.add_argument("--tpu", metavar="SLICE",
+                        help="the TPU slice the output will run on, e.g. v5e:2x4 (needs "
+                             "libtpu): TPU forms, rings that visit physical neighbours, "
+                             "and its tpu-* profile deciding unless --hardware or "
+                             "--threshold-mib is given")
     parser.add_argument("--remarks", action="store_true",
                         help="report every candidate site: what it is, whether it was "
                              "rewritten (or why not) and its predicted times")
@@ -199,13 +204,27 @@ class ChunkResult:
     output: bytes | None  # the printed module, when the pipeline succeeded
 
 
+def _slice_options(args: argparse.Namespace) -> dict:
+    """The pass flags, and with --tpu the slice's: target tpu, its device coordinates
+    and (without --hardware or --threshold-mib) its profile, as overlap-report uses."""
+    options = cli.pass_flags(args)
+    if not args.tpu:
+        return options
+    from overlap_hlo import tpu   # loads libtpu: only when a slice is named
+
+    try:
+        return tpu.tpu_options(options, tpu.topology(args.tpu))
+    except tpu.TpuError as err:
+        raise CliError(str(err).strip().splitlines()[0]) from None
+
+
 class Driver:
     """One run of the tool: read, split, parse, run the pipeline, report, write."""
 
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.input_name = STDIN_NAME if args.input == "-" else args.input
-        self.defaults = pass_defaults(cli.pass_flags(args), PROG)
+        self.defaults = pass_defaults(_slice_options(args), PROG)
         self.diagnostics: list[Diagnostic] = []
         self.context: ir.Context | None = None
         self.sites: list[Site] = []   # every chunk's, for --pass-statistics
