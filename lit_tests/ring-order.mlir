@@ -4,10 +4,10 @@
 
 // device-coords: device d of 8 sits at the d-th coordinates of a 2x4 slice without
 // wraparound (x = d mod 2, y = d / 2, as libtpu numbers a v5e:2x4). In the group's
-// own order 0..7 the two streams of a bidirectional ring share links (device 1's
-// x link towards 0 carries 1->0 of one stream and 1->2, routed x first, of the
-// other), so the ring visits the group in an order of neighbours instead:
-// 0 1 3 5 7 6 4 2 (down one column, up the other). The down stream sends each
+// own order 0..7 consecutive members are up to 4 hops apart, and the two streams of
+// a bidirectional ring share links (device 1's x link towards 0 carries 1->0 of one
+// stream and 1->2, routed x first, of the other), so the ring visits the group in
+// an order of neighbours instead: 0 1 3 5 7 6 4 2 (down one column, up the other). The down stream sends each
 // position's shard to the previous position, the up stream to the next one.
 // Each device finds the blocks it holds after k shifts in a constant visit table
 // (row d: the group index of the device k positions on), not by (p + k) mod 8.
@@ -19,11 +19,12 @@
 // CHECK: "stablehlo.collective_permute"
 // CHECK-SAME{LITERAL}: source_target_pairs = dense<[[0, 1], [1, 3], [3, 5], [5, 7], [7, 6], [6, 4], [4, 2], [2, 0]]>
 
-// One stream: the group's own order loads no link twice, so it is kept.
+// One stream: the closing pair 7 -> 0 would cross 4 hops (libtpu keeps such permutes
+// synchronous on large v5e slices); the ring visits neighbours here too.
 // ONE-LABEL: func.func @gather
-// ONE-NOT: dense<[0, 1, 3, 5
+// ONE: stablehlo.constant dense<{{\[}}0, 1, 3, 5, 7, 6, 4, 2,
 // ONE: "stablehlo.collective_permute"
-// ONE-SAME{LITERAL}: source_target_pairs = dense<[[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]>
+// ONE-SAME{LITERAL}: source_target_pairs = dense<[[0, 2], [1, 0], [3, 1], [5, 3], [7, 5], [6, 7], [4, 6], [2, 4]]>
 
 // BAD: error: pass 'overlap-all-gather-matmul': device-coords: coordinates '9,9' lie outside 2x4
 

@@ -85,10 +85,12 @@ class Ring:
 
     def step_load(self, links: Links | None, streams: int = 1) -> int:
         """The busiest link's load in one step of this ring with `streams` streams
-        (`ring_order.ring_load`; 1 without links covering the ids)."""
-        if links is None or len(links.coords) != self.num_ids:
-            return 1
+        (`ring_order.ring_load`; taken as 1 without links covering the ids, or for
+        rings too large to order, see `in_physical_order`)."""
         n = self.size
+        if (links is None or len(links.coords) != self.num_ids
+                or self.num_ids * n > MAX_RING_PAIRS):
+            return 1
         return max(1, max(ring_load(links, [self.member(g, p) for p in range(n)], streams)
                           for g in range(len(self.groups))))
 

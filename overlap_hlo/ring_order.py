@@ -2,14 +2,14 @@
 
 A ring shifts every buffer one position per step, all pairs at once; a step takes as
 long as its busiest link needs: when the group's consecutive members are several hops
-apart, their routes can share links (a ring along a row without wraparound sends its
-closing pair back over every other pair's link, halving the ring's bandwidth).
-`Links` holds each device's coordinates on the slice (TPU chips: `Topology.links`),
-the slice's extent per axis and which axes wrap around, and routes a pair one axis
-after the other; `physical_order` finds a cyclic order of a group whose step loads no
-link more than the group's own order does, fewest hops first (neighbours where a
-Hamiltonian cycle of them exists: both columns of a 2x4 slice, a Gray code of a
-2x2x2 cube; a zigzag on a row without wraparound).
+apart, their routes can share links (along a row without wraparound, the closing pair
+of one stream travels back over the links the other stream uses). And libtpu keeps a
+permute whose pairs are not neighbours synchronous on v5e slices of 32 chips and more. `Links` holds each device's coordinates on the slice (TPU chips:
+`Topology.links`), the slice's extent per axis and which axes wrap around, and routes
+a pair one axis after the other; `physical_order` finds a cyclic order of a group whose
+members are fewer hops apart than in the group's own order, loading no link more
+(neighbours where a Hamiltonian cycle of them exists: both columns of a 2x4 slice, a
+Gray code of a 2x2x2 cube; a zigzag on a row without wraparound).
 Text form (the `device-coords` pass option): `EXTENTS:COORDS`, e.g.
 `2x4:0,0;1,0;0,1;1,1;0,2;1,2;0,3;1,3` (device id d's coordinates are the d-th entry;
 an extent followed by `t` wraps around, e.g. `4tx4tx4t`).
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 MAX_SEARCH_STEPS = 20_000    # per group and hop bound: the order search gives up after
 MAX_ORDERED_GROUP = 256      # larger groups keep their own order
 MAX_AXES = 8
-MAX_COORDINATE = 1 << 20
+MAX_EXTENT = 4096            # chips along one axis (a TPU pod's axes hold dozens)
 
 
 @dataclass(frozen=True)
@@ -76,8 +76,8 @@ class Links:
             raise ValueError(f"extents '{_short(head)}' are not like 2x4 or 4tx4tx4t")
         extents = tuple(int(a.rstrip("t")) for a in axes)
         wraps = tuple(a.endswith("t") for a in axes)
-        if not all(1 <= n <= MAX_COORDINATE for n in extents):
-            raise ValueError(f"extents '{_short(head)}' must be 1 to {MAX_COORDINATE}")
+        if not all(1 <= n <= MAX_EXTENT for n in extents):
+            raise ValueError(f"extents '{_short(head)}' must be 1 to {MAX_EXTENT}")
         coords = []
         for entry in body.split(";"):
             parts = entry.split(",")
@@ -115,21 +115,21 @@ def ring_load(links: Links, cycle: Sequence[int], streams: int = 1) -> int:
 
 def physical_order(links: Links, group: Sequence[int],
                    streams: int = 1) -> tuple[int, ...] | None:
-    """Indices into `group` in a cyclic order whose ring step (`streams` 1 or 2) loads
-    the busiest link less than the group's own order does (a step then takes 1/load
-    of the time), with the fewest hops between consecutive members found; None when
-    the group's order loads no link twice, or no better order is found within
+    """Indices into `group` in a cyclic order whose consecutive members are fewer hops
+    apart than in the group's own order (the fewest found: neighbours where the group
+    allows it), and whose ring step (`streams` 1 or 2) loads no link more than the
+    group's order does; None when the group's order already steps to neighbours
+    without loading a link twice, or no better order is found within
     MAX_SEARCH_STEPS."""
     n = len(group)
     if n <= 2 or n > MAX_ORDERED_GROUP:
         return None
-    current = ring_load(links, group, streams)
-    if current <= 1:
+    hops, load = step_hops(links, group), ring_load(links, group, streams)
+    if hops <= 1 and load <= 1:
         return None
-    for bound in range(1, step_hops(links, group)):
+    for bound in range(1, hops):
         order = _cycle_within(links, group, bound)
-        if order is not None and ring_load(links, [group[i] for i in order],
-                                           streams) < current:
+        if order is not None and ring_load(links, [group[i] for i in order], streams) <= load:
             return order
     return None
 
