@@ -187,6 +187,15 @@ def permutes(module: ir.Module) -> list[tuple[int | None, tuple]]:
     return found
 
 
+def one_error_line(stderr: bytes | str) -> str:
+    """A tool's stderr: exactly one line and no traceback; that line."""
+    text = stderr.decode() if isinstance(stderr, bytes) else stderr
+    assert "Traceback" not in text, text
+    lines = text.splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
 def assert_close(got, want, dtypes) -> None:
     """fp32 to rounding; narrower types to a few ulps of the output's scale."""
     eps = max(float(jnp.finfo(d).eps) if jnp.issubdtype(d, jnp.floating) else 0.0

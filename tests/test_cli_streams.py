@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import one_error_line
 from overlap_hlo.tools import cli
 from overlap_hlo.tools.overlap_opt import main
 
@@ -27,14 +28,6 @@ TOOL = [sys.executable, "-m", "overlap_hlo.tools.overlap_opt"]
 def tool(*args: str, stdout=subprocess.PIPE, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([*TOOL, *args], stdout=stdout, stderr=subprocess.PIPE, cwd=ROOT,
                           **kwargs)
-
-
-def one_error_line(stderr: bytes | str) -> str:
-    text = stderr.decode() if isinstance(stderr, bytes) else stderr
-    assert "Traceback" not in text, text
-    lines = text.splitlines()
-    assert len(lines) == 1, text
-    return lines[0]
 
 
 # Streams.
@@ -114,6 +107,7 @@ def test_stdin_out_of_memory(monkeypatch, capsys):
         "overlap-opt: error: cannot read stdin: out of memory after ")
 
 
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")   # preexec_fn sets the limit
 def test_dev_zero_under_a_memory_limit():
     limit = 1 << 30   # well above the ~450 MB an idle overlap-opt maps
 

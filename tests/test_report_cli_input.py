@@ -21,6 +21,7 @@ import pytest
 from jaxlib.mlir import ir
 
 import overlap_hlo
+from harness import one_error_line
 from overlap_hlo import report
 from overlap_hlo.api import BYTECODE_MAGIC, UTF8_BOM
 from overlap_hlo.tools import cli
@@ -33,14 +34,6 @@ TPU = "--tpu=v5e:2x4"
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                                   reason="libtpu is not installed: no TPU compiler")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-
-
-def one_error_line(stderr: bytes | str) -> str:
-    text = stderr.decode() if isinstance(stderr, bytes) else stderr
-    assert "Traceback" not in text, text
-    lines = text.splitlines()
-    assert len(lines) == 1, text
-    return lines[0]
 
 
 @pytest.fixture

@@ -50,6 +50,19 @@ def error(prog: str, message: str) -> None:
     say(f"{prog}: error: {message.rstrip()}")
 
 
+def report_errors(prog: str, work) -> int:
+    """`work()`'s exit status, or its CliError or running out of memory reported as
+    one line and turned into the exit status."""
+    try:
+        return work()
+    except CliError as err:
+        error(prog, str(err))
+        return err.exit_code
+    except MemoryError:
+        error(prog, "out of memory")
+        return EXIT_FAILURE
+
+
 # Standard streams and signals.
 
 @contextlib.contextmanager

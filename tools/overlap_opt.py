@@ -60,14 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"{outputs[0]} cannot be combined with --split-input-file")
         except SystemExit as done:  # --help, --version, or a usage error argparse reported
             return EXIT_OK if done.code is None else int(done.code)
-        try:
-            return Driver(args).run()
-        except CliError as err:
-            cli.error(PROG, str(err))
-            return err.exit_code
-        except MemoryError:
-            cli.error(PROG, "out of memory")
-            return EXIT_FAILURE
+        return cli.report_errors(PROG, lambda: Driver(args).run())
 
 
 def build_parser() -> argparse.ArgumentParser:

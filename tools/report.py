@@ -82,13 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as done:  # --help, --version, or a usage error
             return EXIT_OK if done.code is None else int(done.code)
         try:
-            return run(args)
-        except CliError as err:
-            cli.error(PROG, str(err))
-            return err.exit_code
-        except MemoryError:
-            cli.error(PROG, "out of memory")
-            return EXIT_FAILURE
+            return cli.report_errors(PROG, lambda: run(args))
         except Exception as err:  # a bug here, not in the input: still one line
             cli.say(f"{PROG}: internal error (please report it): {type(err).__name__}: "
                     f"{_one_line(err)}")
