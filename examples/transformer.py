@@ -8,6 +8,7 @@ stacked with lax.scan; the training step is plain SGD on a squared error.
 
     python examples/transformer.py                 # rewrite, run both, compare, remarks
     python examples/transformer.py --export PATH   # write one forward layer's module
+    python examples/transformer.py --export-train-step PATH   # the training step's
 """
 from __future__ import annotations
 
@@ -132,6 +133,8 @@ def relative_error(got, want) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--export", metavar="PATH", help="write one forward layer's module")
+    parser.add_argument("--export-train-step", metavar="PATH",
+                        help="write the training step's module (two layers, jax.grad, SGD)")
     parser.add_argument("--bidirectional", action="store_true")
     parser.add_argument("--unroll", type=int, default=1)
     args = parser.parse_args(argv)
@@ -142,6 +145,10 @@ def main(argv=None) -> int:
             out.write(layer_export())
         return 0
     fwd, step, fwd_args, step_args = build(Config())
+    if args.export_train_step:
+        with open(args.export_train_step, "w") as out:
+            out.write(step.lower(*step_args).as_text())
+        return 0
     options = dict(threshold_mib=0, bidirectional=args.bidirectional, unroll=args.unroll)
     worst, unchanged = 0.0, False
     for name, fn, fn_args in (("forward", fwd, fwd_args), ("train step", step, step_args)):
