@@ -23,6 +23,7 @@ into the block's dot as they fused into the whole dot before the rewrite.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -137,7 +138,7 @@ def find_epilogue(sources: Sequence[ir.Value]) -> Epilogue | None:
     read_outside = [v for v in known if any(as_op(u.owner) not in inside for u in v.uses)]
     if len(read_outside) != 1 or read_outside[0] in sources:
         return None
-    ops.sort(key=_Order(block))
+    _in_block_order(ops)
     return Epilogue(tuple(sources), tuple(ops), read_outside[0])
 
 
@@ -172,18 +173,16 @@ def find_prologue(output: ir.Value) -> Epilogue | None:
             pending += [v for v in op.operands if not uniform(v, shape)]
     if output in sources:
         return None
-    ops.sort(key=_Order(producer.block))
+    _in_block_order(ops)
     return Epilogue(tuple(sources), tuple(ops), output)
 
 
-class _Order:
-    """Sort key: position in `block`."""
-
-    def __init__(self, block: ir.Block):
-        self.index = {op.operation: i for i, op in enumerate(block.operations)}
-
-    def __call__(self, op: ir.Operation) -> int:
-        return self.index[op]
+def _in_block_order(ops: list[ir.Operation]) -> None:
+    """Sort `ops` (of one block) by their position in it. MLIR keeps the block's order
+    numbered, so this costs no walk over the whole block for each site (an index of
+    the block did: quadratic in a module's sites)."""
+    ops.sort(key=functools.cmp_to_key(
+        lambda a, b: 0 if a == b else -1 if a.operation.is_before_in_block(b.operation) else 1))
 
 
 def _uniform_block(value: ir.Value, new_type: ir.Type) -> ir.Value:
