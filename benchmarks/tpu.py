@@ -183,7 +183,7 @@ def measure(name: str, dims: Dims, topology: str, dp: int, tp: int) -> dict:
     manual, automatic = lowerings(name, dims, mesh)
     reports = report.build_variants(manual, topo, VARIANTS)
     timing = Timing(topo.hardware, topo.chip.clock_ghz, topo.device_count, topo.links)
-    xla = report.analyze(tpu.compile_module(tpu.as_module(automatic), topo), timing)
+    xla = report.analyze_compiled(tpu.compile_module(tpu.as_module(automatic), topo), timing)
     first = next(iter(reports.values()))
     variants = {ORIGINAL: summary(first.original)}
     for variant, rep in reports.items():

@@ -227,13 +227,13 @@ def build_variants(source, topology: str | tpu.Topology, variants: dict[str, dic
     topo = tpu.topology(topology) if isinstance(topology, str) else topology
     timing = Timing(topo.hardware, topo.chip.clock_ghz, topo.device_count, topo.links)
     original_compiled = tpu.compile_module(tpu.as_module(source), topo)
-    original = analyze(original_compiled, timing, timeline, trip_counts)
+    original = analyze_compiled(original_compiled, timing, timeline, trip_counts)
     reports = {}
     for name, options in variants.items():
         options = tpu.tpu_options(options, topo)
         compiled, sites = tpu.compile_rewritten(original_compiled.module, topo, pipeline,
                                                 input_name=input_name, **options)
-        rewritten = analyze(compiled, timing, timeline, trip_counts)
+        rewritten = analyze_compiled(compiled, timing, timeline, trip_counts)
         model = _model_estimates(original_compiled.module, pipeline, topo, input_name,
                                  options)
         by_location: dict[str, list] = {}
@@ -250,7 +250,7 @@ def build_variants(source, topology: str | tpu.Topology, variants: dict[str, dic
     return reports
 
 
-def analyze(compiled: tpu.Compiled, timing: Timing, timeline: bool = False,
+def analyze_compiled(compiled: tpu.Compiled, timing: Timing, timeline: bool = False,
             trip_counts: schedule.TripCounts = schedule.trip_count) -> Analysis:
     """The modelled schedule of one compiled module, with its TPU temp bytes."""
     return schedule.analyze(compiled.hlo_module, timing, timeline=timeline,

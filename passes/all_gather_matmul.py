@@ -327,7 +327,7 @@ class OverlapAllGatherMatmul(RewritePass):
                                   kind="dot decomposed by a reduce_scatter ring")
         placed, unplaced = [], []
         for use in dots:
-            consumer = place(analyze(use, values, block, self.f32_sums), gather.block,
+            consumer = place(consumer_of(use, values, block, self.f32_sums), gather.block,
                              scan.callers)
             (placed if isinstance(consumer, Consumer) else unplaced).append(consumer)
         if not placed:
@@ -374,7 +374,7 @@ class OverlapAllGatherMatmul(RewritePass):
         traffics = [traffic(c.dot, {c.gathered}) for c in consumers]
         site = cost.SiteShape(ring.size, sum(flops(dot) for dot in ring_dots),
                               cost.element_name(ring_dots[0].operands[0].type.element_type),
-                              tensor_bytes(shard.type), ring_plan(ring.size, self, sums),
+                              tensor_bytes(shard.type), plan_of(ring.size, self, sums),
                               whole_bytes=sum(w for w, _ in traffics),
                               sliced_bytes=sum(c for _, c in traffics),
                               spans_all_devices=ring.spans_all_devices)
@@ -382,7 +382,7 @@ class OverlapAllGatherMatmul(RewritePass):
         site = self.planned(site, ring, site.plan)
 
         def shape_of(bidirectional: bool) -> cost.SiteShape:
-            return self.planned(site, ring, ring_plan(ring.size, self, sums, bidirectional))
+            return self.planned(site, ring, plan_of(ring.size, self, sums, bidirectional))
 
         if sums and self.platform == "tpu":
             raise Unsupported(
@@ -551,8 +551,10 @@ def place(consumer: Consumer, block: ir.Block, callers=None) -> Consumer | str:
             f"not every device would reach a ring placed there")
 
 
-def analyze(use: ViewedUse, gathered: list[ir.Value], block: int,
-            f32_sums: bool = False) -> Consumer:
+def consumer_of(use: ViewedUse, gathered: list[ir.Value], block: int,
+                f32_sums: bool = False) -> Consumer:
+    """The ring's consumer for one dot reading the gathered tensor (through `use`'s
+    views): which operand, and what the gathered dim is to the dot."""
     dot = use.user
     operands = [i for i, operand in enumerate(dot.operands) if operand in gathered]
     if len(operands) != 1:
@@ -563,7 +565,7 @@ def analyze(use: ViewedUse, gathered: list[ir.Value], block: int,
                     tuple(use.reads), block * use.factor, f32_sums)
 
 
-def ring_plan(n: int, options: RewritePass, sums: bool = False,
+def plan_of(n: int, options: RewritePass, sums: bool = False,
               bidirectional: bool | None = None) -> RingPlan:
     """The schedule `emit_loop` builds for a group of `n` with these options; `sums`:
     a consumer sums products (a contracting gathered dim)."""
@@ -575,7 +577,7 @@ def ring_plan(n: int, options: RewritePass, sums: bool = False,
 def permute_count(n: int, options: RewritePass, sums: bool = False) -> int:
     """How many collective_permute ops `emit_loop` builds for one ring (each needs a
     channel handle)."""
-    return ring_plan(n, options, sums).permutes
+    return plan_of(n, options, sums).permutes
 
 
 def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,

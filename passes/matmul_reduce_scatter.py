@@ -7,7 +7,7 @@ own product (slicing the operand, or both operands for a batch dim, that produce
 scatter dim) and adds it to the accumulator it just received. After the remaining
 N-1-k shifts that accumulator sits at the device that owns block j.
 
-Two accumulators travel the ring, skewed by half a round (`ring_plan`): in each round
+Two accumulators travel the ring, skewed by half a round (`plan_of`): in each round
 a chain computes its partial product, adds the accumulator it received and sends the
 sum on. The add reads its own round's product, so the compiler fuses it into the
 dot's output fusion instead of running it as an instruction of its own, and each
@@ -120,12 +120,12 @@ class OverlapMatmulReduceScatter(RewritePass):
                        "block, fused into its dot")
         site = cost.SiteShape(ring.size, sum(flops(dot) for dot in dots),
                               cost.element_name(dots[0].operands[0].type.element_type),
-                              tensor_bytes(result_type), ring_plan(ring.size, self, block),
+                              tensor_bytes(result_type), plan_of(ring.size, self, block),
                               whole_bytes=sum(w for w, _ in traffics),
                               sliced_bytes=sum(c for _, c in traffics),
                               spans_all_devices=ring.spans_all_devices)
         decision = self.decide(top.results[0].type, lambda bidirectional: self.planned(
-            site, ring, ring_plan(ring.size, self, block, bidirectional)), detail)
+            site, ring, plan_of(ring.size, self, block, bidirectional)), detail)
         plan = decision.estimate.plan
         ring = ring.in_physical_order(self.links, plan.streams)
         ring.require_pairs(plan.permutes)
@@ -277,7 +277,7 @@ def sliced_prologues(dots: list[ir.Operation], result_dim: int
     return found
 
 
-def ring_plan(n: int, options: RewritePass, block: int = 2,
+def plan_of(n: int, options: RewritePass, block: int = 2,
               bidirectional: bool | None = None) -> RingPlan:
     """The schedule `emit_loop` builds for a group of `n` with these options; `block`:
     the rows of the scattered block (one row cannot be split into two chains). One
@@ -291,7 +291,7 @@ def ring_plan(n: int, options: RewritePass, block: int = 2,
 
 def permute_count(n: int, options: RewritePass) -> int:
     """How many collective_permute ops `emit_loop` builds (each needs a channel handle)."""
-    return ring_plan(n, options).permutes
+    return plan_of(n, options).permutes
 
 
 def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int,

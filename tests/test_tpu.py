@@ -186,7 +186,7 @@ def test_input_forms_compile_alike(one_stream):
     topo = tpu.topology("v5e:2x4")
     for source in (bytecode, exported):
         compiled = tpu.compile_module(tpu.as_module(source), topo)
-        analysis = report.analyze(compiled, schedule.Timing(topo.hardware, 1.0))
+        analysis = report.analyze_compiled(compiled, schedule.Timing(topo.hardware, 1.0))
         assert compiled.memory.temp_size_in_bytes == one_stream.original_temp_bytes
         assert [c.opcode for c in analysis.collectives] == [
             c.opcode for c in one_stream.original.collectives]
@@ -310,7 +310,7 @@ def test_synchronous_permutes_count_as_exposed():
             for s, spec in (((64 * 256, 256), P("x")), ((256, 256), P()))]
     compiled = tpu.compile_module(tpu.as_module(fn.lower(*args)), topo)
     timing = schedule.Timing(topo.hardware, topo.chip.clock_ghz, topo.device_count)
-    analysis = report.analyze(compiled, timing)
+    analysis = report.analyze_compiled(compiled, timing)
     opcodes = compiled_opcodes(analysis)
     assert "HloOpcode.kCollectivePermute" in opcodes, opcodes
     assert "HloOpcode.kCollectivePermuteStart" not in opcodes, opcodes
@@ -377,7 +377,7 @@ def test_the_profiles_know_which_scatters_become_all_reduces(topology, mesh_shap
                                 ((8 * 128, 256), specs[1]))]
     compiled = tpu.compile_module(tpu.as_module(fn.lower(*args)), topo)
     timing = schedule.Timing(topo.hardware, topo.chip.clock_ghz, topo.device_count)
-    (left,) = report.analyze(compiled, timing).collectives
+    (left,) = report.analyze_compiled(compiled, timing).collectives
     assert left.opcode == SCATTER_LOWERINGS[version][topology]
     if version == "0.0.50.1":
         whole = mesh_shape[0] == 1
