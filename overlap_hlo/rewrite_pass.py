@@ -289,12 +289,24 @@ class RewritePass:
             raise ValueError(f"pass '{self.name}': unroll must be at most {MAX_UNROLL}, got "
                              f"{self.unroll}")
 
-    def planned(self, site: SiteShape, ring, plan: RingPlan) -> SiteShape:
+    def ring_orders(self, ring) -> Callable[[int], object]:
+        """`ring` in the order it visits its groups with 1 or 2 streams
+        (`Ring.in_physical_order`), each order searched for once per site."""
+        found: dict[int, object] = {}
+
+        def ordered(streams: int):
+            if streams not in found:
+                found[streams] = ring.in_physical_order(self.links, streams)
+            return found[streams]
+
+        return ordered
+
+    def planned(self, site: SiteShape, ordered: Callable[[int], object],
+                plan: RingPlan) -> SiteShape:
         """`site` with ring plan `plan`, and the link load of that ring's step in the
-        order it would visit its groups (`Ring.in_physical_order`)."""
-        ordered = ring.in_physical_order(self.links, plan.streams)
-        return dataclasses.replace(site, plan=plan,
-                                   link_load=ordered.step_load(self.links, plan.streams))
+        order `ordered` (from `ring_orders`) gives it."""
+        return dataclasses.replace(site, plan=plan, link_load=ordered(plan.streams).step_load(
+            self.links, plan.streams))
 
     @property
     def platform(self) -> str:

@@ -445,9 +445,10 @@ class _Walker:
         op, in_bytes, out_bytes = self.transfer_bytes(instr)
         lane = self.lane(instr.pairs) if op == "collective-permute" else self.lane(("*",))
         begin = max(t, self.lane_free[lane])
-        alongside = tuple(pair for key, name in self.lanes.items()   # permutes in flight
-                          if name != lane and key != ("*",) and self.lane_free[name] > begin
-                          for pair in key)
+        alongside = () if op != "collective-permute" else tuple(   # permutes in flight
+            pair for key, name in self.lanes.items()
+            if name != lane and key != ("*",) and self.lane_free[name] > begin
+            for pair in key)
         duration = self.transfer_us(instr, op, in_bytes, out_bytes, alongside)
         end = begin + duration
         self.lane_free[lane] = end

@@ -379,10 +379,11 @@ class OverlapAllGatherMatmul(RewritePass):
                               sliced_bytes=sum(c for _, c in traffics),
                               spans_all_devices=ring.spans_all_devices)
 
-        site = self.planned(site, ring, site.plan)
+        ordered = self.ring_orders(ring)
+        site = self.planned(site, ordered, site.plan)
 
         def shape_of(bidirectional: bool) -> cost.SiteShape:
-            return self.planned(site, ring, plan_of(ring.size, self, sums, bidirectional))
+            return self.planned(site, ordered, plan_of(ring.size, self, sums, bidirectional))
 
         if sums and self.platform == "tpu":
             raise Unsupported(
@@ -394,7 +395,7 @@ class OverlapAllGatherMatmul(RewritePass):
                 estimate=cost.estimate(site, self.profile))
         decision = self.decide(gather.results[0].type, shape_of, detail)
         plan = decision.estimate.plan
-        ring = ring.in_physical_order(self.links, plan.streams)
+        ring = ordered(plan.streams)
         ring.require_pairs(len(groups) * plan.permutes)
         if ring.uses_channel:
             scan.require_channels(len(groups) * plan.permutes)

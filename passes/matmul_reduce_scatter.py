@@ -124,10 +124,11 @@ class OverlapMatmulReduceScatter(RewritePass):
                               whole_bytes=sum(w for w, _ in traffics),
                               sliced_bytes=sum(c for _, c in traffics),
                               spans_all_devices=ring.spans_all_devices)
+        ordered = self.ring_orders(ring)
         decision = self.decide(top.results[0].type, lambda bidirectional: self.planned(
-            site, ring, plan_of(ring.size, self, block, bidirectional)), detail)
+            site, ordered, plan_of(ring.size, self, block, bidirectional)), detail)
         plan = decision.estimate.plan
-        ring = ring.in_physical_order(self.links, plan.streams)
+        ring = ordered(plan.streams)
         ring.require_pairs(plan.permutes)
         if ring.uses_channel:
             scan.require_channels(plan.permutes)
