@@ -5,9 +5,9 @@
 Compiles the GPT layers of benchmarks/tpu.py (mlp, swiglu, qkv, fsdp; bf16) ahead of
 time for v4:2x2x1, v5e:2x4, v5p:2x2x2 and v6e:2x4 through libtpu, original and
 rewritten (default options and --bidirectional), and reads every site's
-schedule-based time before and after (overlap_hlo.report: the compiler's
+schedule-based time before and after (overlap_hlo.targets.report: the compiler's
 estimated_cycles for compute, the profile's link figures for transfers). The
-analytic model (overlap_hlo.cost) is then fitted to those figures per chip: its
+analytic model (overlap_hlo.plan.cost) is then fitted to those figures per chip: its
 compute-side figures matmul_efficiency, step_overhead_us, step_us_per_mib and
 loop_overhead_us, by least squares on the relative error of both predictions of
 every site (a scan over the efficiency; for each, the overheads, linear in the
@@ -23,7 +23,7 @@ guesses, cost.TPU_GUESSES) and of the calibrated one on both sets, on the paper'
 dims alone, and with each layer left out of the fit it is checked on; then the
 fitted figures.
 --write stores the figures in benchmarks/results/calibration.json, which
-overlap_hlo/cost.py's CALIBRATED must equal (tests/test_calibration.py checks it);
+overlap_hlo/plan/cost.py's CALIBRATED must equal (tests/targets/test_calibration.py checks it);
 --samples PATH saves the compiled figures (or reads them back if PATH exists, to
 refit without compiling).
 """
@@ -42,8 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from overlap_hlo import cost  # noqa: E402
-from overlap_hlo.ring_plan import RingPlan  # noqa: E402
+from overlap_hlo.plan import cost  # noqa: E402
+from overlap_hlo.plan.ring_plan import RingPlan  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                        "calibration.json")
@@ -198,7 +198,8 @@ def collect(profiles: list[str], layers: list[str], sets: list | None = None) ->
     from jax.sharding import Mesh
 
     from benchmarks import tpu as bench
-    from overlap_hlo import api, report, tpu
+    from overlap_hlo import api
+    from overlap_hlo.targets import report, tpu
 
     assert bench.Dims(*PAPER) == bench.PAPER
     if sets is None:

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from predictions import MODELS, layer_modules  # noqa: E402
 
 import overlap_hlo  # noqa: E402
-from overlap_hlo import cost  # noqa: E402
+from overlap_hlo.plan import cost  # noqa: E402
 
 COMPUTE, COMM = "#3b7dd8", "#e8833a"
 

@@ -9,10 +9,10 @@ compiler: the shard_map original (all_gather / psum_scatter written by hand), th
 original rewritten by overlap_hlo (the TPU forms with default options and with
 --bidirectional, and the forms every backend runs, --target=cpu), and
 XLA's own windowed einsum on the auto-sharded form of the same layer (plain jax.jit with
-shardings, no shard_map). Their schedules are modelled by overlap_hlo.schedule:
+shardings, no shard_map). Their schedules are modelled by overlap_hlo.targets.schedule:
 permutes overlapped with a matmul, predicted time, exposed communication, the
 compute-only bound, and TPU temporaries from the compiled memory stats. The analytic
-cost model's prediction (overlap_hlo.cost, through the remarks' Estimate) is set
+cost model's prediction (overlap_hlo.plan.cost, through the remarks' Estimate) is set
 against the schedule-based figure of each site, with the error.
 
 | layer   | shard_map body (per device)                                              |
@@ -52,8 +52,8 @@ import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from overlap_hlo import report, tpu  # noqa: E402
-from overlap_hlo.schedule import Timing  # noqa: E402
+from overlap_hlo.targets import report, tpu  # noqa: E402
+from overlap_hlo.targets.schedule import Timing  # noqa: E402
 
 # The TPU forms (the report's default target), and the forms every backend runs.
 VARIANTS = {"chosen per site": {},   # the slice's tpu-* profile decides each site's form
@@ -315,7 +315,7 @@ def model_errors(results: list[dict]) -> str:
             if errors:
                 lines.append(f"- {variant}, {when}: median |error| {np.median(errors):.0%}, "
                              f"largest {errors[-1]:.0%} ({len(errors)} sites)")
-    return "Analytic model (overlap_hlo.cost on the slice's profile) against the " \
+    return "Analytic model (overlap_hlo.plan.cost on the slice's profile) against the " \
            "schedule-based figure:\n" + "\n".join(lines)
 
 

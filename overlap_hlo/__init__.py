@@ -2,13 +2,18 @@
 
 Rewrites all_gather -> dot_general and dot_general -> reduce_scatter in StableHLO
 modules into loops of collective_permute steps (Wang et al., ASPLOS 2023).
+
+Layers, each importing only from those before it: ir and plan (IR helpers; pure ring
+and cost models), groups (replica groups as rings), rewrite (base pass, sites,
+pipeline, builders), passes, api (parse, rewrite, jax integration), targets (host CPU,
+TPU ahead of time, schedule model, report), tools (the command lines).
 """
-from .api import (InputError, Overlapped, SitesLeftUnchanged, overlap, parse, remarks,
-                  rewrite_exported, rewrite_lowered, rewrite_module, rewrite_source,
-                  serialize, unchanged_summary)
-from .cost import PROFILES, Estimate, Hardware
-from .pipeline import DEFAULT_PIPELINE, PipelineError, registered_passes
-from .rewrite_pass import DEFAULT_THRESHOLD_MIB, Site, statistics
+from overlap_hlo.api import (InputError, Overlapped, SitesLeftUnchanged, overlap, parse,
+                             remarks, rewrite_exported, rewrite_lowered, rewrite_module,
+                             rewrite_source, serialize, unchanged_summary)
+from overlap_hlo.plan.cost import PROFILES, Estimate, Hardware
+from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE, PipelineError, registered_passes
+from overlap_hlo.rewrite.rewrite_pass import DEFAULT_THRESHOLD_MIB, Site, statistics
 
 __all__ = [
     "DEFAULT_PIPELINE", "DEFAULT_THRESHOLD_MIB", "PROFILES", "Estimate", "Hardware",

@@ -1,5 +1,9 @@
-"""The rewrite passes of overlap-hlo, one module per pass."""
+"""The rewrite passes of overlap-hlo, one module per pass, registered in this order."""
+from overlap_hlo.rewrite.pipeline import register
+
 from .all_gather_matmul import OverlapAllGatherMatmul
 from .matmul_reduce_scatter import OverlapMatmulReduceScatter
 
 ALL_PASSES = (OverlapAllGatherMatmul, OverlapMatmulReduceScatter)
+for _cls in ALL_PASSES:
+    register(_cls)

@@ -42,19 +42,20 @@ from dataclasses import dataclass, field
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from overlap_hlo import builders as b
-from overlap_hlo import cost
-from overlap_hlo.collectives import Ring, Unsupported
-from overlap_hlo.dominance import (after, as_op, divergent_between, dominates,
-                                   program_order)
-from overlap_hlo.dots import DotDims, flops, tensor_bytes, traffic
-from overlap_hlo.lookthrough import (View, ViewedUse, dot_across_regions, erase_unused,
-                                    producer, replay, users_through_views)
-from overlap_hlo.locations import describe
-from overlap_hlo.rewrite_pass import NoMatch, RewritePass, require_supported_types
-from overlap_hlo.ring_plan import GATHER, RingPlan
+from overlap_hlo.groups.collectives import Ring
+from overlap_hlo.ir.dominance import (after, as_op, divergent_between, dominates,
+                                      program_order)
+from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
+from overlap_hlo.ir.locations import describe
+from overlap_hlo.ir.lookthrough import (View, ViewedUse, dot_across_regions, erase_unused,
+                                        producer, replay, users_through_views)
+from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.passes.epilogue import Epilogue, block_type_for, find_epilogue
 from overlap_hlo.passes.matmul_reduce_scatter import OverlapMatmulReduceScatter, scatter_fed_by
+from overlap_hlo.plan import cost
+from overlap_hlo.plan.ring_plan import GATHER, RingPlan
+from overlap_hlo.rewrite import builders as b
+from overlap_hlo.rewrite.rewrite_pass import NoMatch, RewritePass, require_supported_types
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from overlap_hlo import builders as b
-from overlap_hlo.dominance import as_op, callee
+from overlap_hlo.ir.dominance import as_op, callee
+from overlap_hlo.rewrite import builders as b
 
 ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
     "abs add and atan2 cbrt ceil clamp compare convert cosine divide exponential "

@@ -27,16 +27,17 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from overlap_hlo import builders as b
-from overlap_hlo import cost
-from overlap_hlo.collectives import Ring, Unsupported
-from overlap_hlo.dots import DotDims, flops, tensor_bytes, traffic
-from overlap_hlo.dominance import after, as_op
-from overlap_hlo.lookthrough import (TRANSPARENT, View, add_leaves, only_transparent,
-                                    producer, replay, view_backward)
+from overlap_hlo.groups.collectives import Ring
+from overlap_hlo.ir.dominance import after, as_op
+from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
+from overlap_hlo.ir.lookthrough import (TRANSPARENT, View, add_leaves, only_transparent,
+                                        producer, replay, view_backward)
+from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.passes.epilogue import Epilogue, block_type_for, find_prologue
-from overlap_hlo.rewrite_pass import NoMatch, RewritePass, require_supported_types
-from overlap_hlo.ring_plan import SCATTER, RingPlan
+from overlap_hlo.plan import cost
+from overlap_hlo.plan.ring_plan import SCATTER, RingPlan
+from overlap_hlo.rewrite import builders as b
+from overlap_hlo.rewrite.rewrite_pass import NoMatch, RewritePass, require_supported_types
 
 
 @dataclass(frozen=True)

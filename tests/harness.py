@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +20,11 @@ from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
 from jaxlib.mlir import ir
-from overlap_hlo.host import run_per_device as run_spmd_module  # noqa: F401 (tests import it here)
+# tests import run_spmd_module from here
+from overlap_hlo.targets.cpu import run_per_device as run_spmd_module  # noqa: F401
+
+ROOT = Path(__file__).resolve().parent.parent   # the repository
+DATA = ROOT / "tests" / "data"
 
 
 # One all_gather -> dot and one dot -> reduce_scatter over a single group {group} of
@@ -155,7 +160,7 @@ def op_counts(module: ir.Module) -> Counter:
 
 def mesh_axes_forms(text: str) -> list[bool]:
     """Per all_gather / reduce_scatter of `text`: are its groups given as mesh axes?"""
-    from overlap_hlo.meshes import is_mesh_axes
+    from overlap_hlo.groups.meshes import is_mesh_axes
 
     found = []
 

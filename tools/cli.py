@@ -20,7 +20,7 @@ import threading
 
 import overlap_hlo
 from overlap_hlo.api import BYTECODE_MAGIC, UTF8_BOM
-from overlap_hlo.cost import PROFILES
+from overlap_hlo.plan.cost import PROFILES
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 STDIN_NAME = "<stdin>"
@@ -126,7 +126,7 @@ def _interrupts_handled(prog: str):
         return
     _Interrupts.prog = prog
     with contextlib.suppress(OSError):
-        _Interrupts.stderr = os.dup(2)   # overlap_hlo.tpu sends fd 2 elsewhere at times
+        _Interrupts.stderr = os.dup(2)   # overlap_hlo.targets.tpu sends fd 2 elsewhere at times
     previous = {signum: signal.signal(signum, _Interrupts.handle) for signum in INTERRUPTS}
     try:
         yield

@@ -420,7 +420,7 @@ def run_promoted(case: PromotedCase) -> tuple[str, str]:
     import numpy as np
 
     import overlap_hlo
-    from overlap_hlo.host import run_per_device
+    from overlap_hlo.targets.cpu import run_per_device
 
     n, m = case.group, case.rows * case.group
     text = PROMOTED_MODULE.format(n=n, m=m, k=case.inner, c=case.cols, r=case.rows,

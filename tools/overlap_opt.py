@@ -26,13 +26,13 @@ from typing import Callable
 from jaxlib.mlir import ir
 
 import overlap_hlo
-from overlap_hlo import compat
-from overlap_hlo.large_stack import on_large_stack
 from overlap_hlo.api import InputError, pass_defaults, unchanged_summary
-from overlap_hlo.locations import describe, file_line_col
-from overlap_hlo.pipeline import PipelineError, build_pass_manager, registered_passes
-from overlap_hlo.cost import PROFILES
-from overlap_hlo.rewrite_pass import Site, SiteLog, statistics
+from overlap_hlo.ir import compat
+from overlap_hlo.ir.large_stack import on_large_stack
+from overlap_hlo.ir.locations import describe, file_line_col
+from overlap_hlo.plan.cost import PROFILES
+from overlap_hlo.rewrite.pipeline import PipelineError, build_pass_manager, registered_passes
+from overlap_hlo.rewrite.rewrite_pass import Site, SiteLog, statistics
 
 from . import cli
 from .cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, STDIN_NAME, CliError, say
@@ -203,7 +203,7 @@ def _slice_options(args: argparse.Namespace) -> dict:
     options = cli.pass_flags(args)
     if not args.tpu:
         return options
-    from overlap_hlo import tpu   # loads libtpu: only when a slice is named
+    from overlap_hlo.targets import tpu   # loads libtpu: only when a slice is named
 
     try:
         return tpu.tpu_options(options, tpu.topology(args.tpu))

@@ -25,10 +25,10 @@ from jaxlib.mlir import ir
 
 import overlap_hlo
 from overlap_hlo.api import InputError
-from overlap_hlo.large_stack import on_large_stack
-from overlap_hlo.locations import describe
-from overlap_hlo.pipeline import PipelineError, build_pass_manager
-from overlap_hlo.rewrite_pass import SiteLog
+from overlap_hlo.ir.large_stack import on_large_stack
+from overlap_hlo.ir.locations import describe
+from overlap_hlo.rewrite.pipeline import PipelineError, build_pass_manager
+from overlap_hlo.rewrite.rewrite_pass import SiteLog
 
 from . import cli
 from .cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, STDIN_NAME, CliError
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from overlap_hlo import report, tpu
+    from overlap_hlo.targets import report, tpu
 
     options = cli.pass_flags(args)
     _check_pipeline(args.pass_pipeline, options)
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         payload = json.dumps({"input": input_name, **rep.to_json()}, indent=1) + "\n"
         cli.write_file(args.json, payload.encode("utf-8"))
     if args.timeline is not None:
-        from overlap_hlo import schedule_plot
+        from overlap_hlo.targets import schedule_plot
 
         image = schedule_plot.render({"original": rep.original, "rewritten": rep.rewritten},
                                      os.path.splitext(args.timeline)[1][1:].lower(),
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 def _check_pipeline(pipeline: str, options: dict) -> None:
     defaults = overlap_hlo.api.pass_defaults(options)
     try:
-        build_pass_manager(pipeline, SiteLog(), defaults, overlap_hlo.compat.make_context())
+        build_pass_manager(pipeline, SiteLog(), defaults, overlap_hlo.ir.compat.make_context())
     except PipelineError as err:
         raise CliError(str(err), EXIT_USAGE) from None
 

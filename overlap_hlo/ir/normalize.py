@@ -1,0 +1,233 @@
+"""Input put in the form the passes match, by rewrites that keep its meaning.
+
+- An if/case whose branches are all the same computation is that computation. A
+  multi-platform `jax.export` (`platforms=("cpu", "tpu")`) lowers each primitive
+  once per platform and picks one with a `stablehlo.case` on the platform index: an
+  all_gather and the dot that reads it sit in branches of two different cases,
+  joined only through the cases' results. Where every branch is the same (the usual
+  case for collectives and dots), the case is its first branch, inlined.
+- A func.call that receives a gathered value, or whose result a reduce_scatter
+  scatters (a nested `jax.jit` layer), is its callee's body: the call is inlined
+  there (XLA inlines every call before it schedules), so the dot inside is seen.
+- A legacy `stablehlo.dot` (older exporters, hand-written modules) next to an
+  all_gather or a reduce_scatter is the `dot_general` it abbreviates.
+
+Only if/case ops that hold a collective or a dot, and calls and legacy dots next to a
+collective, are touched (and nothing in a module without an all_gather or a
+reduce_scatter); the rest of a module stays as it was.
+"""
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from overlap_hlo.ir.dominance import Callers, as_op, callee
+from overlap_hlo.ir.lookthrough import add_leaves, producer, users_through_views
+
+BRANCHING = ("stablehlo.case", "stablehlo.if")
+COLLECTIVES = ("stablehlo.all_gather", "stablehlo.reduce_scatter")
+DOTS = ("stablehlo.dot_general", "stablehlo.dot")
+# Rounds of call inlining (a layer's call of a call receives the value one round later).
+MAX_INLINE_ROUNDS = 16
+
+
+def normalize(module_op: ir.Operation) -> None:
+    """Every rewrite above, in place."""
+    collectives, branching = _scan(module_op)
+    if not collectives:
+        return
+    if inline_identical_branches(branching):   # the other branches' ops are gone
+        collectives, _ = _scan(module_op)
+    inlined: dict[str, ir.Operation] = {}
+    for _ in range(MAX_INLINE_ROUNDS):
+        if not inline_calls(collectives, inlined):
+            break
+    if inlined:
+        _erase_unused_private(module_op, inlined)
+    for dot in _unique(op for c in collectives for op in _neighbours(c)
+                       if op.name == "stablehlo.dot"):
+        _as_dot_general(dot)
+
+
+def _scan(module_op: ir.Operation) -> tuple[list[ir.Operation], list[ir.Operation]]:
+    """The all_gathers and reduce_scatters of the module, and the if/case ops that hold
+    one of them or a dot, innermost first."""
+    collectives: list[ir.Operation] = []
+    branching: dict[int, tuple[int, ir.Operation]] = {}   # by identity: (depth, op)
+
+    def visit(op):
+        if op.name in COLLECTIVES or op.name in DOTS:
+            if op.name in COLLECTIVES:
+                collectives.append(op)
+            chain, parent = [], op.parent
+            while parent is not None and parent.name != "builtin.module":
+                chain.append(parent)
+                parent = parent.parent
+            for depth, ancestor in enumerate(reversed(chain)):
+                if ancestor.name in BRANCHING:
+                    branching[hash(ancestor)] = (depth, ancestor)
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(visit)
+    ordered = sorted(branching.values(), key=lambda item: -item[0])
+    return collectives, [op for _, op in ordered]
+
+
+def _neighbours(collective: ir.Operation) -> list[ir.Operation]:
+    """The ops an all_gather's result reaches through views, or the ops whose sum (of
+    single-use adds) a reduce_scatter scatters through views."""
+    if collective.name == "stablehlo.all_gather":
+        if len(collective.results) != 1:
+            return []
+        dim = ir.IntegerAttr(collective.attributes["all_gather_dim"]).value
+        return [use.user for use in users_through_views(collective.results[0], dim)[0]]
+    dim = ir.IntegerAttr(collective.attributes["scatter_dimension"]).value
+    return add_leaves(producer(collective.operands[0], dim)[0])
+
+
+def _unique(ops) -> list[ir.Operation]:
+    return list({hash(op): op for op in ops}.values())
+
+
+def inline_calls(collectives: list[ir.Operation], inlined: dict[str, ir.Operation]) -> int:
+    """Inline each func.call that reads an all_gather's result (through views) or whose
+    result a reduce_scatter scatters; returns how many, and notes each callee in
+    `inlined`."""
+    calls = _unique(op for c in collectives for op in _neighbours(c) if op.name == "func.call")
+    count = 0
+    for call in calls:
+        func = callee(call)
+        if func is not None:
+            inlined[ir.StringAttr(func.attributes["sym_name"]).value] = func
+            _inline(call, func)
+            count += 1
+    return count
+
+
+def _inline(call: ir.Operation, func: ir.Operation) -> None:
+    """Clone `func`'s body before `call`, reading the call's operands for its
+    arguments, and replace the call's results."""
+    body = func.regions[0].blocks[0]
+    values = dict(zip(body.arguments, call.operands))
+    ops = [as_op(op) for op in body.operations]
+    with ir.InsertionPoint(call):
+        for op in ops[:-1]:
+            clone = op.clone()
+            _remap(clone, values)
+            values.update(zip(op.results, clone.results))
+    for result, value in zip(call.results, ops[-1].operands):
+        result.replace_all_uses_with(values.get(value, value))
+    call.erase()
+
+
+def _remap(op: ir.Operation, values: dict) -> None:
+    """Point the operands of `op` and of the ops nested in it at `values`' entries."""
+
+    def visit(inner):
+        for i, operand in enumerate(inner.operands):
+            if operand in values:
+                inner.operands[i] = values[operand]
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+
+
+def _erase_unused_private(module_op: ir.Operation, functions: dict) -> None:
+    """Erase those of `functions` (name -> func.func) that are private and that no op
+    of the module names any more."""
+    private = {name: func for name, func in functions.items()
+               if "sym_visibility" in func.attributes
+               and ir.StringAttr(func.attributes["sym_visibility"]).value == "private"}
+    if not private:
+        return
+    callers = Callers()
+
+    def visit(op):
+        callers.note(op)
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(visit)
+    for name, func in private.items():
+        if name not in callers.calls and name not in callers.other:
+            func.erase()
+
+
+def _as_dot_general(dot: ir.Operation) -> None:
+    """`dot(lhs, rhs)` contracts the last dim of lhs with the first of rhs."""
+    lhs, rhs = dot.operands
+    numbers = stablehlo.DotDimensionNumbers.get(
+        lhs_batching_dimensions=[], rhs_batching_dimensions=[],
+        lhs_contracting_dimensions=[lhs.type.rank - 1], rhs_contracting_dimensions=[0])
+    attrs = {"dot_dimension_numbers": numbers}
+    if "precision_config" in dot.attributes:
+        attrs["precision_config"] = dot.attributes["precision_config"]
+    with ir.InsertionPoint(dot), dot.location:
+        general = ir.Operation.create("stablehlo.dot_general", results=[dot.results[0].type],
+                                      operands=[lhs, rhs], attributes=attrs)
+    dot.results[0].replace_all_uses_with(general.results[0])
+    dot.erase()
+
+
+def inline_identical_branches(branching: list[ir.Operation]) -> int:
+    """Inline those of `branching` (if/case ops, innermost first) whose branches are
+    identical; returns how many."""
+    count = 0
+    for op in branching:
+        if _identical(op.regions):
+            _inline_first_branch(op)
+            count += 1
+    return count
+
+
+def _identical(regions) -> bool:
+    first = regions[0]
+    return all(_same_region(first, other, {}) for other in list(regions)[1:])
+
+
+def _same_region(a: ir.Region, b: ir.Region, mapping: dict) -> bool:
+    """Same blocks, ops, attributes and types, operands matching pairwise (values
+    from outside both regions must be the same value)."""
+    blocks_a, blocks_b = list(a.blocks), list(b.blocks)
+    if len(blocks_a) != len(blocks_b):
+        return False
+    for block_a, block_b in zip(blocks_a, blocks_b):
+        args_a, args_b = list(block_a.arguments), list(block_b.arguments)
+        if [x.type for x in args_a] != [y.type for y in args_b]:
+            return False
+        mapping.update(zip(args_a, args_b))
+        ops_a, ops_b = list(block_a.operations), list(block_b.operations)
+        if len(ops_a) != len(ops_b):
+            return False
+        for op_a, op_b in zip(ops_a, ops_b):
+            if not _same_op(as_op(op_a), as_op(op_b), mapping):
+                return False
+    return True
+
+
+def _same_op(a: ir.Operation, b: ir.Operation, mapping: dict) -> bool:
+    if (a.name != b.name or len(a.operands) != len(b.operands)
+            or len(a.results) != len(b.results) or len(a.regions) != len(b.regions)):
+        return False
+    if any(mapping.get(x, x) != y for x, y in zip(a.operands, b.operands)):
+        return False
+    if [r.type for r in a.results] != [r.type for r in b.results]:
+        return False
+    if {name: a.attributes[name] for name in a.attributes} != \
+            {name: b.attributes[name] for name in b.attributes}:
+        return False
+    if not all(_same_region(x, y, mapping) for x, y in zip(a.regions, b.regions)):
+        return False
+    mapping.update(zip(a.results, b.results))
+    return True
+
+
+def _inline_first_branch(op: ir.Operation) -> None:
+    """Move the first branch's ops before `op`, which its returned values replace."""
+    block = op.regions[0].blocks[0]
+    ops = [as_op(inner) for inner in block.operations]
+    terminator = ops[-1]
+    for inner in ops[:-1]:
+        inner.move_before(op)
+    for result, value in zip(op.results, terminator.operands):
+        result.replace_all_uses_with(value)
+    op.erase()

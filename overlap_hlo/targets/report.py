@@ -1,0 +1,407 @@
+"""Per-site report of a module compiled for a TPU slice, before and after the rewrite.
+
+    rep = overlap_hlo.targets.report.build("model.mlir text", "v5e:2x4", bidirectional=True)
+    print(rep.format()); json.dump(rep.to_json(), f)
+
+Both modules are compiled ahead of time (`overlap_hlo.targets.tpu`) and their schedules
+modelled (`overlap_hlo.targets.schedule`). A site is found in the compiled module by the
+source location its remark names: the rewrite keeps the collective's location on every
+op it builds, and XLA carries it into the instructions' metadata. A site's time in a
+module is the communication exposed at its location, plus the compute of the
+instructions at its location, plus the matmuls that read its collective's result (or
+produce its operand) when those come from another source line (the original's dot).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from jaxlib.mlir import ir
+
+from overlap_hlo import api
+from overlap_hlo.ir.locations import describe
+from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE
+from overlap_hlo.targets import schedule, tpu
+from overlap_hlo.targets.schedule import Analysis, Timing
+
+COLLECTIVE_OPS = ("stablehlo.all_gather", "stablehlo.reduce_scatter", "stablehlo.all_reduce")
+VIEW_OPS = ("stablehlo.transpose", "stablehlo.reshape", "stablehlo.convert",
+            "stablehlo.multiply", "sdy.sharding_constraint")
+
+
+@dataclass
+class SiteRow:
+    location: str
+    pattern: str
+    applied: bool
+    sites: int                      # remarks at this location (e.g. a layer called twice)
+    permutes: int                   # collective-permute instructions in the schedule
+    overlapped: int                 # of them, with a matmul between start and done
+    permute_executions: int         # times the loops run them
+    exposed_us: float               # communication waited for, after
+    original_exposed_us: float      # the same in the original (its collective)
+    before_us: float
+    after_us: float
+    compute_bound_us: float         # the smaller compute of the two: neither runs faster
+    left_because: str = ""          # why a site was left unchanged (the remarks' kind)
+    original_compute_us: float = 0.0
+    rewritten_compute_us: float = 0.0
+    # category (dots, accumulation, copies, initialisation, other) -> [before, after] us
+    compute_breakdown: dict[str, list[float]] = field(default_factory=dict)
+    collectives_left: list[str] = field(default_factory=list)
+    original_collectives: list[str] = field(default_factory=list)
+    trip_counts: list[int | None] = field(default_factory=list)
+    loop_copies: int = 0
+    loop_copy_bytes: int = 0
+    model_before_us: float | None = None   # the analytic cost model (overlap_hlo.plan.cost)
+    model_after_us: float | None = None
+    permute_details: list[dict] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float:
+        return self.before_us / self.after_us if self.after_us else 1.0
+
+    @property
+    def got_slower(self) -> bool:
+        """Its time grew by more than rounding, rewritten or not (a site left unchanged
+        moves only with the compiler's choices around the rewritten ones)."""
+        return self.after_us > self.before_us * (1 + SLOWER_TOLERANCE)
+
+    @property
+    def slower(self) -> bool:
+        """Rewritten and predicted slower than the original."""
+        return self.applied and self.got_slower
+
+    def why_slower(self) -> str:
+        """The compute categories that grew, largest first, and exposed communication."""
+        grew = sorted(((after - before, name) for name, (before, after)
+                       in self.compute_breakdown.items() if after > before), reverse=True)
+        parts = [f"{name} +{extra:.1f} us" for extra, name in grew if extra >= 0.05]
+        waited = self.exposed_us - self.original_exposed_us
+        if waited > 0:
+            parts.append(f"exposed communication +{waited:.1f} us")
+        return ", ".join(parts)
+
+
+SLOWER_TOLERANCE = 0.005   # a site within 0.5% of the original is not called slower
+
+
+@dataclass
+class Report:
+    topology: str
+    hardware: str
+    clock_ghz: float
+    options: dict
+    sites: list[SiteRow]
+    original: Analysis
+    rewritten: Analysis
+    original_temp_bytes: int
+    rewritten_temp_bytes: int
+
+    @property
+    def original_us(self) -> float:
+        return self.original.total_us
+
+    @property
+    def rewritten_us(self) -> float:
+        return self.rewritten.total_us
+
+    @property
+    def compute_bound_us(self) -> float:
+        return min(self.original.compute_us, self.rewritten.compute_us)
+
+    @property
+    def permutes(self) -> int:
+        return len(self.rewritten.permutes)
+
+    @property
+    def overlapped(self) -> int:
+        return sum(p.overlapped for p in self.rewritten.permutes)
+
+    def to_json(self) -> dict:
+        return {
+            "topology": self.topology, "hardware": self.hardware,
+            "clock_ghz": self.clock_ghz, "options": self.options,
+            "sites": [dict(asdict(row), speedup=row.speedup, slower=row.slower)
+                      for row in self.sites],
+            "original_us": self.original_us, "rewritten_us": self.rewritten_us,
+            "compute_bound_us": self.compute_bound_us, "speedup": self.speedup,
+            "sites_slower": [row.location for row in self.sites if row.slower],
+            "original_compute_us": self.original.compute_us,
+            "rewritten_compute_us": self.rewritten.compute_us,
+            "original_exposed_us": self.original.exposed_us,
+            "rewritten_exposed_us": self.rewritten.exposed_us,
+            "permutes": self.permutes, "overlapped": self.overlapped,
+            "collectives_left": [
+                {"name": c.name, "opcode": c.opcode, "location": c.location}
+                for c in self.rewritten.collectives],
+            "loops": [asdict(loop) for loop in self.rewritten.loops],
+            "loop_copies": [asdict(c) for c in self.rewritten.loop_copies],
+            "original_temp_bytes": self.original_temp_bytes,
+            "rewritten_temp_bytes": self.rewritten_temp_bytes,
+        }
+
+    @property
+    def speedup(self) -> float:
+        return self.original_us / self.rewritten_us if self.rewritten_us else 1.0
+
+    def format(self) -> str:
+        headers = ["location", "pass", "permutes overlapped", "exposed us", "compute us",
+                   "before us", "after us", "speedup", "left"]
+        rows = []
+        for row in self.sites:
+            rows.append([row.location, row.pattern.removeprefix("overlap-"),
+                         f"{row.overlapped}/{row.permutes}",
+                         f"{row.original_exposed_us:.1f} -> {row.exposed_us:.1f}",
+                         f"{row.original_compute_us:.1f} -> {row.rewritten_compute_us:.1f}",
+                         f"{row.before_us:.1f}", f"{row.after_us:.1f}",
+                         f"{row.speedup:.2f}x" + (" SLOWER" if row.slower else ""),
+                         ", ".join(row.collectives_left) or "-"])
+        rows.append(["total", "", f"{self.overlapped}/{self.permutes}",
+                     f"{self.original.exposed_us:.1f} -> {self.rewritten.exposed_us:.1f}",
+                     f"{self.original.compute_us:.1f} -> {self.rewritten.compute_us:.1f}",
+                     f"{self.original_us:.1f}", f"{self.rewritten_us:.1f}",
+                     f"{self.speedup:.2f}x", f"{len(self.rewritten.collectives)}"])
+        widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+        lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+                 for r in [headers, *rows]]
+        for row in self.sites:
+            if row.slower:
+                lines.append(f"{row.location}: predicted slower ({row.before_us:.1f} -> "
+                             f"{row.after_us:.1f} us): {row.why_slower() or 'see --json'}")
+        mib = 2 ** 20
+        lines.append(f"TPU temporaries: {self.original_temp_bytes / mib:.1f} MiB -> "
+                     f"{self.rewritten_temp_bytes / mib:.1f} MiB; "
+                     f"{len(self.rewritten.loop_copies)} loop-carried copies in loop bodies"
+                     + (" (a buffer shifted an odd number of times per iteration is "
+                        "copied; with --unroll=2 it alternates between two)"
+                        if self.rewritten.loop_copies else "")
+                     + "; "
+                     f"{self.topology} ({self.hardware} links, compiler cycles at "
+                     f"{self.clock_ghz:g} GHz)")
+        unknown = [loop.name for a in (self.original, self.rewritten) for loop in a.loops
+                   if loop.trip_count is None]
+        if unknown:
+            lines.append(f"warning: trip count not recognised for {', '.join(unknown)}: "
+                         "each counted once")
+        lines.append(self.verdict())
+        return "\n".join(lines) + "\n"
+
+    def verdict(self) -> str:
+        """One line: the predicted speedup of the whole module and the sites slower."""
+        slower = [row for row in self.sites if row.slower]
+        change = ("faster" if self.rewritten_us < self.original_us * (1 - SLOWER_TOLERANCE)
+                  else "slower" if self.rewritten_us > self.original_us * (1 + SLOWER_TOLERANCE)
+                  else "no faster")
+        text = (f"verdict: predicted {change}, {self.original_us:.1f} us -> "
+                f"{self.rewritten_us:.1f} us ({self.speedup:.2f}x) on {self.topology}")
+        text += (f"; {len(slower)} of {len(self.sites)} rewritten site(s) predicted slower"
+                 if slower else "; no rewritten site predicted slower")
+        left = [row for row in self.sites if not row.applied]
+        if left:
+            why = ", ".join(dict.fromkeys(row.left_because for row in left if row.left_because))
+            text += (f"; {len(left)} of {len(self.sites)} site(s) left unchanged"
+                     + (f" ({why})" if why else ""))
+        moved = [row for row in left if row.got_slower]
+        if moved:
+            text += (f"; {len(moved)} site(s) left unchanged got slower around the rewritten "
+                     f"ones ({', '.join(row.why_slower() or row.location for row in moved)})")
+        return text + " (a model of the compiled schedule, not a measurement)"
+
+
+def build(source, topology: str | tpu.Topology, pipeline: str = DEFAULT_PIPELINE, *,
+          input_name: str | None = None, timeline: bool = False,
+          trip_counts: schedule.TripCounts = schedule.trip_count, **options) -> Report:
+    """Compile `source` for `topology`, original and rewritten with `options`, and report
+    every site. Raises tpu.TpuError subclasses when it cannot compile. `trip_counts`
+    reads a loop's iterations (by default from the compiled loop itself)."""
+    return build_variants(source, topology, {"rewritten": options}, pipeline,
+                          input_name=input_name, timeline=timeline,
+                          trip_counts=trip_counts)["rewritten"]
+
+
+def build_variants(source, topology: str | tpu.Topology, variants: dict[str, dict],
+                   pipeline: str = DEFAULT_PIPELINE, *, input_name: str | None = None,
+                   timeline: bool = False,
+                   trip_counts: schedule.TripCounts = schedule.trip_count) -> dict[str, Report]:
+    """One report per option set in `variants` (name -> options), the original
+    compiled once."""
+    topo = tpu.topology(topology) if isinstance(topology, str) else topology
+    timing = Timing(topo.hardware, topo.chip.clock_ghz, topo.device_count, topo.links)
+    original_compiled = tpu.compile_module(tpu.as_module(source), topo)
+    original = analyze_compiled(original_compiled, timing, timeline, trip_counts)
+    reports = {}
+    for name, options in variants.items():
+        options = tpu.tpu_options(options, topo)
+        compiled, sites = tpu.compile_rewritten(original_compiled.module, topo, pipeline,
+                                                input_name=input_name, **options)
+        rewritten = analyze_compiled(compiled, timing, timeline, trip_counts)
+        model = _model_estimates(original_compiled.module, pipeline, topo, input_name,
+                                 options)
+        by_location: dict[str, list] = {}
+        for site in sites:
+            by_location.setdefault(site.location, []).append(site)
+        dots = site_dots(original_compiled.module, input_name)
+        rows = [_row(location, group, original, rewritten, model,
+                     dots.get(location, frozenset()), input_name)
+                for location, group in by_location.items()]
+        reports[name] = Report(topo.name, topo.hardware.name, topo.chip.clock_ghz,
+                               options, rows,
+                               original, rewritten, original.temp_bytes,
+                               rewritten.temp_bytes)
+    return reports
+
+
+def analyze_compiled(compiled: tpu.Compiled, timing: Timing, timeline: bool = False,
+            trip_counts: schedule.TripCounts = schedule.trip_count) -> Analysis:
+    """The modelled schedule of one compiled module, with its TPU temp bytes."""
+    return schedule.analyze(compiled.hlo_module, timing, timeline=timeline,
+                            trip_counts=trip_counts,
+                            temp_bytes=compiled.memory.temp_size_in_bytes)
+
+
+def _model_estimates(module, pipeline, topo, input_name, options) -> dict:
+    """location -> the analytic model's Estimate on the slice's profile, for the form
+    the rewrite built (or would build: a site left unchanged has one too)."""
+    given = dict(options, hardware=options.get("hardware") or topo.hardware.name)
+    sites = api.remarks(module, pipeline, input_name=input_name, **given)
+    estimates: dict = {}
+    for site in sites:
+        if site.estimate is not None:
+            estimates.setdefault(site.location, []).append(site.estimate)
+    return estimates
+
+
+def site_dots(module: ir.Module, input_name: str | None) -> dict[str, frozenset[str]]:
+    """Collective location -> locations of the dot_generals beside it in StableHLO
+    (reading a gather's result, producing a scatter's operand, through views). XLA
+    may drop a collective's location when it rewrites it (a small reduce-scatter
+    becomes an all-reduce) but keeps the dot's: the dots find the collective."""
+    found: dict[str, set[str]] = {}
+
+    def visit(op):
+        if op.name in COLLECTIVE_OPS:
+            gathers = op.name == "stablehlo.all_gather"
+            dots = _dots_beside(op, gathers, depth=4)
+            if dots:
+                found.setdefault(describe(op.location, input_name), set()).update(
+                    describe(d.location, input_name) for d in dots)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return {location: frozenset(dots) for location, dots in found.items()}
+
+
+def _dots_beside(op, downstream: bool, depth: int) -> list:
+    """dot_generals reached from `op` through up to `depth` view ops."""
+    if depth == 0:
+        return []
+    if downstream:
+        neighbours = [use.owner for result in op.results for use in result.uses]
+    else:
+        neighbours = [operand.owner for operand in op.operands
+                      if not isinstance(operand.owner, ir.Block)]
+    found = []
+    for other in neighbours:
+        other = other.operation if hasattr(other, "operation") else other
+        if other.name == "stablehlo.dot_general":
+            found.append(other)
+        elif other.name in VIEW_OPS:
+            found += _dots_beside(other, downstream, depth - 1)
+    return found
+
+
+def _hlo_spelling(location: str, hlo_location: str, remark_location: str) -> str:
+    """`location` spelled as the HLO spells the input file (see `_located`)."""
+    if hlo_location != remark_location:
+        prefix = remark_location[:remark_location.index(":")]
+        hlo_prefix = hlo_location[:hlo_location.index(":")]
+        if location.startswith(prefix + ":"):
+            return hlo_prefix + location[len(prefix):]
+    return location
+
+
+def _located(analysis_location: str, input_name: str | None) -> str:
+    """An HLO location in the remarks' spelling ("-" is the input file)."""
+    if input_name and analysis_location.startswith(("-:", ":")):
+        return input_name + analysis_location[analysis_location.index(":"):]
+    return analysis_location
+
+
+def _where(instr) -> str:
+    return instr.location.format() if instr.location else ""
+
+
+@dataclass(frozen=True)
+class _SiteTime:
+    time_us: float
+    compute_us: float
+    exposed_us: float
+    collectives: tuple
+    compute_by_category: dict
+
+
+def _site_time(analysis: Analysis, location: str, dots: frozenset,
+               also: tuple = ()) -> _SiteTime:
+    """The site's time in one compiled module: its collectives' and permutes' waits,
+    the compute at its location, the matmuls beside its collectives and the
+    instructions named in `also` (copies the compiler put in its loops, which carry no
+    location). A collective without a location belongs to the site when a matmul
+    beside it sits at one of the site's `dots` locations."""
+    collectives = [c for c in analysis.collectives if c.location == location or (
+        not c.location and any(_where(m) in dots for m in analysis.matmuls_beside(c)))]
+    exposed = (sum(c.exposed_us for c in collectives)
+               + sum(p.exposed_us for p in analysis.permutes_at(location)))
+    names = set(analysis.names_by_location.get(location, ())) | set(also)
+    names |= {dot.name for collective in collectives
+              for dot in analysis.matmuls_beside(collective)}
+    compute = sum(analysis.compute_by_name.get(name, 0.0) for name in names)
+    return _SiteTime(compute + exposed, compute, exposed, tuple(collectives),
+                     analysis.compute_by_category(names))
+
+
+def _row(location, sites, original, rewritten, model, dots, input_name) -> SiteRow:
+    hlo_location = location
+    if input_name:   # HLO metadata spells the parsed input "-"
+        spellings = {loc for analysis in (rewritten, original)
+                     for loc in (*analysis.names_by_location,
+                                 *(p.location for p in analysis.permutes),
+                                 *(c.location for c in analysis.collectives))}
+        hlo_location = next((loc for loc in sorted(spellings)
+                             if _located(loc, input_name) == location), location)
+    permutes = rewritten.permutes_at(hlo_location)
+    dots = frozenset(_hlo_spelling(d, hlo_location, location) for d in dots)
+    loops = [loop for loop in rewritten.loops if loop.location == hlo_location]
+    copies = [c for c in rewritten.loop_copies
+              if any(loop.body == c.body for loop in loops)]
+    before = _site_time(original, hlo_location, dots)
+    after = _site_time(rewritten, hlo_location, dots,
+                       also=tuple(c.name for c in copies if c.location != hlo_location))
+    breakdown = {name: [before.compute_by_category.get(name, 0.0),
+                        after.compute_by_category.get(name, 0.0)]
+                 for name in schedule.CATEGORIES
+                 if name in before.compute_by_category or name in after.compute_by_category}
+    estimates = model.get(location, [])
+    return SiteRow(
+        location=location, pattern=sites[0].pattern, applied=all(s.applied for s in sites),
+        left_because=", ".join(dict.fromkeys(s.kind or s.reason for s in sites
+                                             if not s.applied)),
+        sites=len(sites), permutes=len(permutes),
+        overlapped=sum(p.overlapped for p in permutes),
+        permute_executions=sum(p.executions for p in permutes),
+        exposed_us=after.exposed_us, original_exposed_us=before.exposed_us,
+        before_us=before.time_us, after_us=after.time_us,
+        compute_bound_us=min(before.compute_us, after.compute_us),
+        original_compute_us=before.compute_us, rewritten_compute_us=after.compute_us,
+        compute_breakdown=breakdown,
+        collectives_left=[c.opcode for c in after.collectives],
+        original_collectives=[c.opcode for c in before.collectives],
+        trip_counts=[loop.trip_count for loop in loops],
+        loop_copies=len(copies), loop_copy_bytes=sum(c.bytes for c in copies),
+        model_before_us=sum(e.before_us for e in estimates) if estimates else None,
+        model_after_us=sum(e.after_us for e in estimates) if estimates else None,
+        permute_details=[{"name": p.name, "computation": p.computation, "bytes": p.bytes,
+                          "transfer_us": p.transfer_us, "window": list(p.window),
+                          "window_cycles": p.window_cycles, "overlapped": p.overlapped,
+                          "lane": p.lane, "executions": p.executions,
+                          "exposed_us": p.exposed_us}
+                         for p in permutes])

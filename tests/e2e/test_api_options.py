@@ -1,0 +1,187 @@
+"""The Python API's keyword options, pipelines, names and warnings.
+
+Unknown options raise TypeError (naming the valid ones), `pipeline=None` is the
+default pipeline, `input_name` names text input in site locations, and sites left
+unchanged for a reason other than size or profit raise a `SitesLeftUnchanged`
+warning from every rewriting entry point (the same one-line summary overlap-opt
+prints).
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import overlap_hlo
+from harness import DATA, auto_axis_types, permutes
+from overlap_hlo.rewrite.rewrite_pass import Site
+from overlap_hlo.tools.overlap_opt import main
+
+SDY = DATA / "shard_map_sdy.mlir"
+OPTIONS = "threshold_mib, hardware, bidirectional, unroll, f32_sums, target, device_coords"
+
+# A site the passes must leave alone: the gather and its dot sit in a branch of a
+# conditional, which not every device may take.
+IN_BRANCH = """module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @f(%x: tensor<2x16xf32>, %w: tensor<16x8xf32>, %c: tensor<i1>) -> tensor<8x8xf32> {
+    %0 = "stablehlo.if"(%c) ({
+      %1 = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+      %2 = stablehlo.dot_general %1, %w, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+      stablehlo.return %2 : tensor<8x8xf32>
+    }, {
+      %3 = stablehlo.constant dense<0.0> : tensor<8x8xf32>
+      stablehlo.return %3 : tensor<8x8xf32>
+    }) : (tensor<i1>) -> tensor<8x8xf32>
+    return %0 : tensor<8x8xf32>
+  }
+}
+"""
+
+
+# Unknown options and pipelines.
+
+@pytest.mark.parametrize("call, name", [
+    (lambda **kw: overlap_hlo.rewrite_source(SDY.read_text(), **kw), "rewrite_source"),
+    (lambda **kw: overlap_hlo.rewrite_module(overlap_hlo.parse(SDY.read_text()), **kw),
+     "rewrite_module"),
+    (lambda **kw: overlap_hlo.remarks(SDY.read_text(), **kw), "remarks"),
+    (lambda **kw: overlap_hlo.overlap(lambda x: x, **kw), "overlap"),
+    (lambda **kw: overlap_hlo.rewrite_lowered(None, **kw), "rewrite_lowered"),
+    (lambda **kw: overlap_hlo.rewrite_exported(None, **kw), "rewrite_exported"),
+], ids=lambda value: value if isinstance(value, str) else "")
+def test_unknown_option_is_a_type_error(call, name):
+    with pytest.raises(TypeError) as info:
+        call(treshold_mib=0)
+    message = str(info.value)
+    assert message == (f"{name}() got an unexpected keyword argument 'treshold_mib'; did "
+                       f"you mean 'threshold_mib'? (options: {OPTIONS})")
+    with pytest.raises(TypeError, match=rf"'colour' \(options: {OPTIONS}\)$"):
+        call(colour="red")
+
+
+def test_pipeline_none_is_the_default_pipeline():
+    text = overlap_hlo.rewrite_source(SDY.read_text(), None, threshold_mib=0)
+    assert permutes(overlap_hlo.parse(text))
+    assert overlap_hlo.overlap(lambda x: x, pipeline=None).pipeline == \
+        overlap_hlo.DEFAULT_PIPELINE
+    sites = overlap_hlo.remarks(SDY.read_text(), pipeline=None, threshold_mib=0)
+    assert [site.applied for site in sites] == [True, True]
+
+
+def test_pipeline_of_another_type_is_a_type_error():
+    with pytest.raises(TypeError, match="pipeline must be pipeline text"):
+        overlap_hlo.rewrite_source(SDY.read_text(), 3)
+
+
+def test_nested_pipeline_from_python():
+    pipeline = ("builtin.module(overlap-all-gather-matmul{threshold-mib=0},"
+                "func.func(cse,canonicalize{max-iterations=2}))")
+    text = overlap_hlo.rewrite_source(SDY.read_text(), pipeline)
+    assert permutes(overlap_hlo.parse(text))
+
+
+# Names.
+
+def test_input_name_names_text_input_in_site_locations():
+    sites = overlap_hlo.remarks(SDY.read_text(), threshold_mib=0, input_name="model.mlir")
+    assert [site.location for site in sites] == ["model.mlir:8:12", "model.mlir:12:12"]
+    assert overlap_hlo.remarks(SDY.read_text())[0].location == "-:8:12"   # nameless
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        overlap_hlo.rewrite_source(IN_BRANCH, threshold_mib=0, input_name="branch.mlir")
+    assert len(caught) == 1
+    sites = overlap_hlo.remarks(IN_BRANCH, threshold_mib=0, input_name="branch.mlir")
+    assert sites[0].location == "branch.mlir:4:12"
+
+
+# Never silent.
+
+def site(kind: str, applied: bool = False) -> Site:
+    return Site("f.mlir:1:1", "overlap-all-gather-matmul", applied, reason=kind, kind=kind)
+
+
+def test_unchanged_summary_counts_by_reason():
+    sites = [site("", applied=True), site("replica groups odd"), site("inside a branch"),
+             site("below threshold-mib"), site("inside a branch"), site("not profitable")]
+    assert overlap_hlo.unchanged_summary(sites, see="--remarks") == (
+        "3 of 6 candidate sites left unchanged (2 inside a branch, 1 replica groups odd); "
+        "see --remarks")
+    assert overlap_hlo.unchanged_summary(sites[:1] + sites[3:4], see="x") is None
+    assert overlap_hlo.unchanged_summary([], see="x") is None
+    assert overlap_hlo.unchanged_summary([site("odd")], see="x") == (
+        "1 of 1 candidate site left unchanged (1 odd); see x")
+
+
+def test_rewrite_warns_about_sites_left_unchanged():
+    with pytest.warns(overlap_hlo.SitesLeftUnchanged) as caught:
+        overlap_hlo.rewrite_source(IN_BRANCH, threshold_mib=0)
+    [warning] = caught
+    assert str(warning.message).startswith(
+        "overlap-hlo: 1 of 1 candidate site left unchanged (1 inside a stablehlo.if branch")
+    assert str(warning.message).endswith("; see overlap_hlo.remarks()")
+    assert warning.filename == __file__   # points at the caller
+    with pytest.warns(overlap_hlo.SitesLeftUnchanged):
+        overlap_hlo.rewrite_module(overlap_hlo.parse(IN_BRANCH), threshold_mib=0)
+
+
+def test_no_warning_for_size_or_for_remarks():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        overlap_hlo.rewrite_source(SDY.read_text())                 # below threshold-mib
+        overlap_hlo.rewrite_source(SDY.read_text(), hardware="tpu-v5e")  # not profitable
+        overlap_hlo.remarks(IN_BRANCH, threshold_mib=0)             # a report, not a run
+
+
+def test_overlap_opt_prints_the_same_summary(tmp_path, capsys):
+    path = tmp_path / "branch.mlir"
+    path.write_text(IN_BRANCH)
+    assert main([str(path), "--threshold-mib=0", "-o", str(tmp_path / "out.mlir")]) == 0
+    with pytest.warns(overlap_hlo.SitesLeftUnchanged) as caught:
+        overlap_hlo.rewrite_source(IN_BRANCH, threshold_mib=0)
+    summary = str(caught[0].message).removeprefix("overlap-hlo: ").replace(
+        "overlap_hlo.remarks()", "--remarks")
+    assert capsys.readouterr().err == f"overlap-opt: warning: {summary}\n"
+    # --remarks already reports every site; the summary would only repeat it.
+    assert main([str(path), "--threshold-mib=0", "--remarks"]) == 0
+    err = capsys.readouterr().err
+    assert "warning" not in err and "left unchanged: inside a stablehlo.if branch" in err
+    # Sites below the threshold are the user's choice: nothing is said.
+    assert main([str(SDY), "-o", str(tmp_path / "small.mlir")]) == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.fixture(scope="module")
+def branch_program():
+    """shard_map with all_gather -> dot inside lax.cond: left unchanged, so warned."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("x",), **auto_axis_types(1))
+
+    def body(x, w, flag):
+        return jax.lax.cond(flag[0] > 0,
+                            lambda: jax.lax.all_gather(x, "x", axis=0, tiled=True) @ w,
+                            lambda: jnp.zeros((x.shape[0] * 8, w.shape[1]), x.dtype))
+
+    fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P(), P()),
+                               out_specs=P(), check_vma=False))
+    x = jax.device_put(jnp.ones((64, 32), jnp.float32), NamedSharding(mesh, P("x")))
+    w = jax.device_put(jnp.ones((32, 16), jnp.float32), NamedSharding(mesh, P()))
+    flag = jax.device_put(jnp.ones((1,), jnp.int32), NamedSharding(mesh, P()))
+    return fn, (x, w, flag)
+
+
+def test_jax_entry_points_warn(branch_program):
+    fn, args = branch_program
+    want = np.asarray(fn(*args))
+    with pytest.warns(overlap_hlo.SitesLeftUnchanged, match="left unchanged") as caught:
+        got = overlap_hlo.overlap(fn, threshold_mib=0)(*args)
+    assert caught[0].filename == __file__
+    np.testing.assert_allclose(np.asarray(got), want)
+    with pytest.warns(overlap_hlo.SitesLeftUnchanged):
+        overlap_hlo.rewrite_lowered(fn.lower(*args), threshold_mib=0)
+    with pytest.warns(overlap_hlo.SitesLeftUnchanged):
+        overlap_hlo.rewrite_exported(jax.export.export(fn)(*args), threshold_mib=0)

@@ -1,0 +1,127 @@
+"""Forms for a named backend (`target`), checked on the host CPU devices.
+
+On TPU and GPU a buffer that a ring writes whole starts uninitialised (custom_call
+@AllocateBuffer, which the CPU backend cannot run). Here each such buffer is filled
+with NaN (integers: a sentinel) before the module runs on 8 host devices: an element
+the ring failed to write would show, so the comparison with the original proves that
+every element is written.
+"""
+from collections import Counter
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+import overlap_hlo
+from harness import Program, assert_close, op_counts, partitioner
+from overlap_hlo.ir import compat
+
+AG = jax.lax.all_gather
+RS = jax.lax.psum_scatter
+
+
+def poison_buffers(module: ir.Module) -> int:
+    """Replace every custom_call @AllocateBuffer by a constant of NaN (floats) or of a
+    sentinel (integers); returns how many."""
+    found = []
+
+    def visit(op):
+        if op.name == "stablehlo.custom_call" and \
+                ir.StringAttr(op.attributes["call_target_name"]).value == "AllocateBuffer":
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for op in found:
+        tensor_type = ir.RankedTensorType(op.results[0].type)
+        elt = tensor_type.element_type
+        with ir.InsertionPoint(op), op.location:
+            fill = (ir.FloatAttr.get(elt, float("nan")) if isinstance(elt, ir.FloatType)
+                    else ir.IntegerAttr.get(elt, -12345))
+            poison = stablehlo.constant(ir.DenseElementsAttr.get_splat(tensor_type, fill))
+        op.results[0].replace_all_uses_with(poison)
+        op.erase()
+    return len(found)
+
+
+def gated(x, w_gate, w_up):
+    g = AG(x, "x", axis=0, tiled=True)
+    return jax.nn.silu(g @ w_gate) * (g @ w_up)
+
+
+def batched(x, w):
+    return jnp.einsum("bsd,bdf->bsf", AG(x, "x", axis=0, tiled=True), w)
+
+
+def reused(x, w, v):
+    g = AG(x, "x", axis=0, tiled=True)
+    return g @ w, jnp.sum(g) + g[:, :2] @ v[:2]
+
+
+def scattered_and_read(x, w):
+    y = x @ w
+    return RS(y, "x", scatter_dimension=0, tiled=True), jnp.sum(y)
+
+
+PROGRAMS = {
+    "free": (lambda x, w: AG(x, "x", axis=0, tiled=True) @ w,
+             [((64, 32), P("x")), ((32, 16), P())], P()),
+    "gated epilogue": (gated, [((64, 32), P("x")), ((32, 16), P()), ((32, 16), P())], P()),
+    "batch": (batched, [((16, 4, 8), P("x")), ((16, 8, 4), P())], P()),
+    "assembled for other readers": (reused, [((64, 32), P("x")), ((32, 16), P()),
+                                             ((2, 16), P())], (P(), P())),
+    "scatter product read after": (scattered_and_read, [((64, 32), P()), ((32, 16), P())],
+                                   (P("x"), P())),
+}
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_buffers_written_whole(name, bidirectional, target):
+    fn, inputs, out_specs = PROGRAMS[name]
+    prog = Program(fn, (8,), ("x",), inputs, out_specs)
+    with partitioner(True):
+        lowered = prog.jitted().lower(*prog.args())
+        module = overlap_hlo.parse(lowered.as_text())
+        sites = overlap_hlo.rewrite_module(module, threshold_mib=0, target=target,
+                                           bidirectional=bidirectional)
+        assert all(s.applied for s in sites), [s.format() for s in sites]
+        assert poison_buffers(module) >= 1
+        counts = op_counts(module)
+        assert counts["stablehlo.all_gather"] + counts["stablehlo.reduce_scatter"] == 0
+        new = compat.replace_lowered_module(lowered, module).compile()
+        reference = lowered.compile()
+        for seed in (0, 1):
+            args = prog.args(seed)
+            for got, want in zip(jax.tree.leaves(new(*args)), jax.tree.leaves(reference(*args))):
+                assert_close(got, want, (jnp.float32,))
+
+
+def test_tpu_target_unrolls_by_two_unless_told():
+    text = overlap_hlo.rewrite_source(
+        PROGRAMS_TEXT, threshold_mib=0, target="tpu")
+    assert text.count("collective_permute") == 3       # one before the loop, two inside
+    text = overlap_hlo.rewrite_source(PROGRAMS_TEXT, threshold_mib=0, target="tpu", unroll=1)
+    assert text.count("collective_permute") == 2
+    sites = overlap_hlo.remarks(PROGRAMS_TEXT, threshold_mib=0, hardware="tpu-v6e")
+    assert sites[0].plan.unroll == 2
+
+
+PROGRAMS_TEXT = """module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @f(%x: tensor<2x16xf32>, %w: tensor<16x8xf32>) -> tensor<16x8xf32> {
+    %0 = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<16x16xf32>
+    %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<16x16xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
+    return %1 : tensor<16x8xf32>
+  }
+}
+"""
+
+
+def test_unknown_target_is_refused():
+    with pytest.raises(overlap_hlo.PipelineError, match="target must be one of"):
+        overlap_hlo.remarks(PROGRAMS_TEXT, target="npu")

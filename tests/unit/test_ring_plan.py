@@ -1,0 +1,207 @@
+"""One ring plan: the loops the passes emit are the plan's (trip counts of the
+stablehlo.while ops, permutes built and executed), for every group size, direction
+and unroll; the remarks' sites carry the plan the ring was built from."""
+import itertools
+
+import numpy as np
+import pytest
+from jaxlib.mlir import ir
+
+import overlap_hlo
+from harness import (GATHER_MODULE, MANUAL, SCATTER_MODULE, SUMMING_GATHER_MODULE, ops_named,
+                     run_spmd_module)
+from overlap_hlo.plan.ring_plan import GATHER, SCATTER, RingPlan
+
+TEMPLATES = {GATHER: GATHER_MODULE, SCATTER: SCATTER_MODULE}
+GRID = list(itertools.product(range(2, 9), (False, True), range(1, 5)))
+
+
+def module_for(kind: str, n: int) -> ir.Module:
+    return overlap_hlo.parse(TEMPLATES[kind].format(n=n, full=2 * n, group=list(range(n)), handle=1))
+
+
+def _int(value: ir.Value) -> int:
+    """The integer a scalar stablehlo.constant holds."""
+    op = value.owner.operation
+    assert op.name == "stablehlo.constant", op
+    return int(ir.DenseIntElementsAttr(op.attributes["value"])[0])
+
+
+def trip_count(loop: ir.Operation) -> int:
+    """Iterations of a counted stablehlo.while as the passes build it: the induction
+    variable (operand 0) starts at a constant, the condition compares it LT a
+    constant, the body adds a constant."""
+    start = _int(loop.operands[0])
+    cond = list(loop.regions[0].blocks[0].operations)
+    compare = cond[-1].operands[0].owner.operation
+    assert compare.name == "stablehlo.compare"
+    assert compare.operands[0] == loop.regions[0].blocks[0].arguments[0]
+    stop = _int(compare.operands[1])
+    body = loop.regions[1].blocks[0]
+    step_op = list(body.operations)[-1].operands[0].owner.operation
+    assert step_op.name == "stablehlo.add" and step_op.operands[0] == body.arguments[0]
+    step = _int(step_op.operands[1])
+    return max(0, -(-(stop - start) // step))
+
+
+def structure(module: ir.Module) -> tuple[list[int], int, int]:
+    """(trip counts of the while ops, permutes built, permutes executed)."""
+    trips, built, executed = [], 0, 0
+    loops = ops_named(module, "stablehlo.while")
+    inside = 0
+    for loop in loops:
+        trips.append(trip_count(loop))
+        count = sum(1 for op in loop.regions[1].blocks[0].operations
+                    if op.operation.name == "stablehlo.collective_permute")
+        inside += count
+        executed += count * trips[-1]
+
+    def count_all(op):
+        nonlocal built
+        built += op.name == "stablehlo.collective_permute"
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(count_all)
+    return trips, built, executed + built - inside
+
+
+@pytest.mark.parametrize("kind", [GATHER, SCATTER])
+def test_emitted_loops_are_the_plan(kind):
+    for n, bidi, unroll in GRID:
+        module = module_for(kind, n)
+        (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
+                                             unroll=unroll)
+        # A reduce_scatter ring runs one round per iteration whatever unroll says.
+        plan = RingPlan(kind, n, bidi, unroll if kind == GATHER else 1)
+        assert site.applied and site.plan == plan and site.rings == 1, (n, bidi, unroll)
+        trips, built, executed = structure(module)
+        assert trips == ([plan.trip_count] if plan.trip_count else []), (plan, trips)
+        assert built == plan.permutes, plan
+        assert executed == plan.transfers == moves(plan), plan
+
+
+def moves(plan: RingPlan) -> int:
+    """Shifts a ring makes: every block moves N-1 times, in two halves for a one-stream
+    reduce_scatter ring (its two chains)."""
+    halves = plan.kind == SCATTER and plan.streams == 1 and plan.chains == 2
+    return (plan.group_size - 1) * (2 if halves else 1)
+
+
+def test_plan_invariants():
+    for kind, (n, bidi, unroll) in itertools.product((GATHER, SCATTER), GRID):
+        plan = RingPlan(kind, n, bidi, unroll)
+        assert sum(plan.blocks) == n and plan.transfers == moves(plan)
+        assert plan.streams == (2 if bidi and n > 2 else 1)
+        assert plan.loop_start <= plan.loop_end <= plan.loop_stop <= plan.rounds
+        assert plan.loop_end - plan.loop_start == plan.trip_count * unroll
+        assert plan.remainder == plan.loop_stop - plan.loop_end < unroll
+        assert list(plan.rounds_before_loop) + list(range(plan.loop_start, plan.loop_end)) \
+            + list(plan.rounds_after_loop) == list(range(plan.rounds))
+        # The loop's rounds have one form: every stream (chain) multiplies and sends.
+        sending = 2 if kind == SCATTER and plan.streams == 1 else plan.streams
+        for k in range(plan.loop_start, plan.loop_stop):
+            assert (plan.blocks[k], plan.sends[k]) == (plan.streams, sending), (plan, k)
+        # A shift is in flight in every round but the gather's last (nothing left to
+        # send) and, with two streams and even N, the scatter's first (the up stream
+        # starts a round late and the down stream has nothing summed yet).
+        idle = ((plan.rounds - 1,) if kind == GATHER else
+                (0,) if plan.streams == 2 and n % 2 == 0 else ())
+        assert plan.idle_rounds == idle, plan
+
+
+def test_plan_by_hand():
+    one = RingPlan(SCATTER, 8)   # chain 1 sends in rounds 0..6, chain 0 in 1..7
+    assert (one.blocks, one.sends) == ((1,) * 8, (1,) + (2,) * 6 + (1,))
+    assert (one.loop_start, one.loop_stop, one.trip_count, one.permutes) == (1, 7, 6, 4)
+    lone = RingPlan(SCATTER, 8, chains=1)   # blocks of one row: one chain
+    assert (lone.sends, lone.transfers) == ((1,) * 7 + (0,), 7)
+    two = RingPlan(SCATTER, 8, bidirectional=True)
+    assert (two.blocks, two.sends) == ((1, 2, 2, 2, 1), (0, 2, 2, 2, 1))
+    assert (two.loop_start, two.trip_count, list(two.rounds_after_loop)) == (2, 2, [4])
+    gather = RingPlan(GATHER, 8, bidirectional=True, unroll=2)
+    assert (gather.blocks, gather.sends) == ((1, 2, 2, 2, 1), (2, 2, 2, 1, 0))
+    assert (gather.trip_count, gather.remainder, gather.permutes) == (1, 0, 7)
+    assert gather.describe() == "5 rounds, rounds 1..2 in a loop of 1 x 2, 7 shifts (2 streams)"
+    # Groups of 2 use one stream whatever was asked.
+    assert RingPlan(GATHER, 2, bidirectional=True) == RingPlan(GATHER, 2, bidirectional=True)
+    assert RingPlan(GATHER, 2, bidirectional=True).streams == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (("ring", 4), "ring kind"), ((GATHER, 1), "2 or more devices"),
+    ((GATHER, 4, False, 0), "unroll >= 1"), ((SCATTER, 4, False, 1, False, 3), "chains")])
+def test_plan_refuses_nonsense(args, message):
+    with pytest.raises(ValueError, match=message):
+        RingPlan(*args)
+
+
+def test_unchanged_sites_carry_the_plan_they_were_predicted_with():
+    (site,) = overlap_hlo.remarks(module_for(GATHER, 4), threshold_mib=1e9, unroll=2)
+    assert not site.applied and site.plan == RingPlan(GATHER, 4, unroll=2)
+    assert site.estimate.blocks_per_round == site.plan.blocks
+
+
+@pytest.mark.parametrize("n, bidi, unroll, blocks, sends, start, stop, after", [
+    # One stream: every round but round 0 in the loop; the last one's send is unread.
+    (8, False, 1, (1,) * 8, (1,) * 8, 1, 8, ()),
+    # Unrolled: when all N rounds fill whole iterations, round 0 runs in the loop too
+    # (the sum starts from zeros); otherwise the rounds that fill none go before it.
+    (8, False, 2, (1,) * 8, (1,) * 8, 0, 8, ()),
+    (8, False, 4, (1,) * 8, (1,) * 8, 0, 8, ()),
+    (8, False, 3, (1,) * 8, (1,) * 8, 2, 8, ()),
+    (7, False, 2, (1,) * 7, (1,) * 7, 1, 7, ()),
+    # Two streams, even N: both hold p+4 in round 4 (a shared round), in the loop too.
+    (8, True, 1, (1, 2, 2, 2, 2), (2, 2, 2, 2, 2), 1, 5, ()),
+    (8, True, 2, (1, 2, 2, 2, 2), (2, 2, 2, 2, 2), 1, 5, ()),
+    (6, True, 1, (1, 2, 2, 2), (2, 2, 2, 2), 1, 4, ()),
+    # Two streams, odd N: every round after 0 in the loop.
+    (7, True, 1, (1, 2, 2, 2), (2, 2, 2, 2), 1, 4, ()),
+    # Fewer than two rounds of the loop's form: the plain gather ring.
+    (2, False, 1, (1, 1), (1, 0), 1, 1, (1,)),
+    (3, True, 1, (1, 2), (2, 0), 1, 1, (1,)),
+    (4, True, 1, (1, 2, 1), (2, 1, 0), 1, 1, (1, 2)),  # a shared round would double the shifts
+])
+def test_summing_gather_rounds(n, bidi, unroll, blocks, sends, start, stop, after):
+    plan = RingPlan(GATHER, n, bidi, unroll, in_loop_sum=True)
+    assert (plan.blocks, plan.sends, plan.loop_start, plan.loop_stop) == (blocks, sends,
+                                                                          start, stop)
+    assert tuple(plan.rounds_after_loop) == after and plan.remainder == 0
+    assert plan.sums_from_zeros == (start == 0)
+    shared = (n // 2,) if bidi and n % 2 == 0 and plan.loop_stop == plan.rounds else ()
+    assert plan.shared_rounds == shared
+    assert sum(plan.blocks) - len(shared) == n   # every block multiplied once
+    assert plan.transfers >= RingPlan(GATHER, n, bidi, unroll).transfers
+
+
+def test_emitted_summing_loops_are_the_plan():
+    """A contracting gathered dim: the loops are the in_loop_sum plan's."""
+    for n, bidi, unroll in GRID:
+        module = overlap_hlo.parse(SUMMING_GATHER_MODULE.format(
+            n=n, full=2 * n, group=list(range(n)), handle=1, manual=""))
+        (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
+                                             unroll=unroll)
+        plan = RingPlan(GATHER, n, bidi, unroll, in_loop_sum=True)
+        assert site.applied and site.plan == plan, (n, bidi, unroll)
+        trips, built, executed = structure(module)
+        assert trips == ([plan.trip_count] if plan.trip_count else []), (plan, trips)
+        assert built == plan.permutes and executed == plan.transfers, plan
+
+
+@pytest.mark.parametrize("n", range(2, 9))
+def test_summing_rings_compute_the_gathered_dot(n):
+    """Every plan form of a summing ring over a group of n (one or two streams, unroll
+    1-3: product- or zero-started sums, rounds before the loop, shared last rounds)
+    gives the original's result on n host CPU devices."""
+    text = SUMMING_GATHER_MODULE.format(n=n, full=2 * n, group=list(range(n)), handle=1,
+                                        manual=MANUAL)
+    rng = np.random.default_rng(n)
+    inputs = [rng.standard_normal((n, 16, 2), np.float32),
+              np.repeat(rng.standard_normal((1, 2 * n, 8), np.float32), n, axis=0)]
+    want = run_spmd_module(text, 1, n, inputs)[0]
+    for bidi, unroll in itertools.product((False, True), (1, 2, 3)):
+        module = overlap_hlo.parse(text)
+        (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
+                                             unroll=unroll)
+        assert site.applied, site.format()
+        got = run_spmd_module(overlap_hlo.serialize(module), 1, n, inputs)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=site.plan.describe())
