@@ -13,7 +13,8 @@ from overlap_hlo.api import (InputError, Overlapped, SitesLeftUnchanged, overlap
                              rewrite_source, serialize, unchanged_summary)
 from overlap_hlo.plan.cost import PROFILES, Estimate, Hardware
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE, PipelineError, registered_passes
-from overlap_hlo.rewrite.rewrite_pass import DEFAULT_THRESHOLD_MIB, Site, statistics
+from overlap_hlo.rewrite.rewrite_pass import DEFAULT_THRESHOLD_MIB
+from overlap_hlo.rewrite.site import Site, statistics
 
 __all__ = [
     "DEFAULT_PIPELINE", "DEFAULT_THRESHOLD_MIB", "PROFILES", "Estimate", "Hardware",

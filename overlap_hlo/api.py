@@ -15,7 +15,7 @@ import overlap_hlo.passes  # noqa: F401  (registers the passes with the pipeline
 from overlap_hlo.ir import compat
 from overlap_hlo.ir.large_stack import on_large_stack
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE, build_pass_manager, registered_passes
-from overlap_hlo.rewrite.rewrite_pass import Site, SiteLog
+from overlap_hlo.rewrite.site import Site, SiteLog
 
 BYTECODE_MAGIC = b"ML\xefR"
 UTF8_BOM = b"\xef\xbb\xbf"

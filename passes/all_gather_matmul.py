@@ -43,12 +43,11 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.groups.collectives import Ring
-from overlap_hlo.ir.dominance import (after, as_op, divergent_between, dominates,
-                                      program_order)
+from overlap_hlo.ir.dominance import after, divergent_between, dominates, program_order
 from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
-from overlap_hlo.ir.locations import describe
 from overlap_hlo.ir.lookthrough import (View, ViewedUse, dot_across_regions, erase_unused,
                                         producer, replay, users_through_views)
+from overlap_hlo.ir.ops import as_op
 from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.passes.epilogue import Epilogue, block_type_for, find_epilogue
 from overlap_hlo.passes.matmul_reduce_scatter import OverlapMatmulReduceScatter, scatter_fed_by
@@ -56,6 +55,7 @@ from overlap_hlo.plan import cost
 from overlap_hlo.plan.ring_plan import GATHER, RingPlan
 from overlap_hlo.rewrite import builders as b
 from overlap_hlo.rewrite.rewrite_pass import NoMatch, RewritePass, require_supported_types
+from overlap_hlo.rewrite.site import Match, Outcome, Record
 
 
 @dataclass(frozen=True)
@@ -226,63 +226,61 @@ class OverlapAllGatherMatmul(RewritePass):
         super().__post_init__()
         object.__setattr__(self, "scatter_pass", OverlapMatmulReduceScatter(**options))
 
-    def scatters_first(self, gather: ir.Operation, dots: list[ViewedUse],
-                       gathered: list[ir.Value], rewriter, scan, report) -> list[str]:
-        """Decompose the reduce_scatters that these dots feed, before the gather.
+    def scatters_fed(self, gather: ir.Operation, dots: list[ViewedUse],
+                     gathered: list[ir.Value]) -> list[tuple[object, ir.Operation]]:
+        """The reduce_scatters these dots feed, each with the pass that settles it first
+        (None when the scatter dim is the gathered dim: its ring would read blocks of the
+        gathered dim, so only this gather's ring is built).
 
-        A dot between an all_gather and a reduce_scatter gets both rings: the scatter's
-        ring first (its partial dots read the gathered tensor, sliced along another dim
-        or whole), then this gather's ring, whose consumer is the scatter ring's first
-        partial dot and which assembles the gathered tensor for the scatter ring's
-        other rounds. Not when the scatter dim is the gathered dim (the scatter ring
-        would read blocks of the gathered dim): then only this gather's ring is built.
-        Returns whether a scatter ring was built, notes for the remark, and the
-        records of the scatters left unchanged, which are this site's to report only if
-        its ring replaces their dots (otherwise the reduce_scatter pass meets them).
-        """
-        built, notes, pending = False, [], []
+        A dot between an all_gather and a reduce_scatter is one composite site of this
+        pass: the scatter's ring first (its partial dots read the gathered tensor, sliced
+        along another dim or whole), then this gather's ring, whose consumer is the
+        scatter ring's first partial dot and which assembles the gathered tensor for the
+        scatter ring's other rounds."""
+        found = []
         for use in dots:
             scatter = scatter_fed_by(use.user)
             if scatter is None:
                 continue
-            where = report.where(scatter.location)
-            location = scatter.location
-            gathered = [i for i, v in enumerate(use.user.operands) if v in gathered]
+            operands = [i for i, v in enumerate(use.user.operands) if v in gathered]
             dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value
             top, _, top_dim = producer(scatter.operands[0], dim)
-            if len(gathered) == 1 and (gathered[0], use.dim) in DotDims.of(
-                    use.user).result_source(top_dim):
-                reason = ("the scatter dim is the gathered dim: its ring would read blocks "
-                          f"of the gathered dim; its dot is decomposed by the all_gather "
-                          f"ring at {report.where(gather.location)} instead")
-                pending.append((location, dict(reason=reason,
-                                               kind="scatter dim is the gathered dim")))
-                notes.append(f"its dot feeds the reduce_scatter at {where}, which keeps its "
-                             "collective (the scatter dim is the gathered dim)")
-                continue
-            try:
-                with location, b.shared_scalars():   # its constants stay its own
-                    detail, decision = self.scatter_pass.rewrite_site(scatter, rewriter, scan,
-                                                                     report)
-            except NoMatch:
-                continue
-            except Unsupported as reason:
-                pending.append((location, dict(reason=str(reason), kind=reason.kind,
-                                               detail=reason.detail,
-                                               estimate=reason.estimate)))
+            same_dim = len(operands) == 1 and (operands[0], use.dim) in DotDims.of(
+                use.user).result_source(top_dim)
+            found.append((None if same_dim else self.scatter_pass, scatter))
+        return found
+
+    def settled_scatters(self, gather: ir.Operation, settled: list[Outcome], scan
+                         ) -> tuple[bool, list[str], list[Record]]:
+        """Whether a scatter ring was built, notes for the remark, and the records of the
+        scatters left unchanged, which are this site's to report only if its ring
+        replaces their dots (otherwise the reduce_scatter pass meets them)."""
+        built, notes, pending = False, [], []
+        name = self.scatter_pass.name
+        for outcome in settled:
+            where = scan.where(outcome.location)
+            if outcome.match is not None:
+                notes.append(f"its dot is decomposed inside the reduce_scatter ring at {where}")
+                built = True
+            elif outcome.reason is not None:
+                reason = outcome.reason
+                pending.append(Record(outcome.location, name, False, dict(
+                    reason=str(reason), kind=reason.kind, detail=reason.detail,
+                    estimate=reason.estimate)))
                 notes.append(f"its dot feeds the reduce_scatter at {where}, which keeps its "
                              f"collective ({reason.kind})")
-                continue
-            report(location, True, pattern=self.scatter_pass.name,
-                   detail=detail + "; the dot reads an all_gather whose ring runs inside",
-                   estimate=decision.estimate, rule=decision.rule, rings=decision.rings)
-            notes.append(f"its dot is decomposed inside the reduce_scatter ring at {where}")
-            built = True
+            elif outcome.skipped:   # the scatter dim is the gathered dim
+                reason = ("the scatter dim is the gathered dim: its ring would read blocks "
+                          f"of the gathered dim; its dot is decomposed by the all_gather "
+                          f"ring at {scan.where(gather.location)} instead")
+                pending.append(Record(outcome.location, name, False, dict(
+                    reason=reason, kind="scatter dim is the gathered dim")))
+                notes.append(f"its dot feeds the reduce_scatter at {where}, which keeps its "
+                             "collective (the scatter dim is the gathered dim)")
         return built, notes, pending
 
-    def rewrite_site(self, op, rewriter, scan, report=None):
+    def match(self, op, scan, settled=None):
         gather = op.operation
-        where = report.where if report is not None else describe
         dim = ir.IntegerAttr(gather.attributes["all_gather_dim"]).value
         uses, values = users_through_views(gather.results[0], dim)
         dots = []
@@ -296,6 +294,12 @@ class OverlapAllGatherMatmul(RewritePass):
                 raise Unsupported(f"variadic all_gather ({len(gather.operands)} operands)",
                                   kind="variadic all_gather")
             raise NoMatch
+        if settled is not None:   # its scatters were settled: their rings read the gather
+            built, notes, pending = self.settled_scatters(gather, settled, scan)
+            if built and not dots:
+                raise Unsupported("its dots were decomposed into reduce_scatter rings that "
+                                  "read blocks of the gathered dim: " + "; ".join(notes),
+                                  kind="dot decomposed by a reduce_scatter ring")
         if not dots:
             if any(use.user.name == "stablehlo.optimization_barrier" for use in uses):
                 raise Unsupported("an optimization_barrier separates it from its users")
@@ -316,16 +320,12 @@ class OverlapAllGatherMatmul(RewritePass):
         if block * ring.size != gather.results[0].type.shape[dim]:
             raise Unsupported(f"gathered dim {gather.results[0].type.shape[dim]} is not "
                               f"{ring.size} x {block}")
-        built, notes, pending = self.scatters_first(gather, dots, values, rewriter, scan,
-                                                    report)
-        if built:   # the scatter rings now read the gathered tensor: look again
-            uses, values = users_through_views(gather.results[0], dim)
-            dots = [use for i, use in enumerate(uses) if use.user.name == "stablehlo.dot_general"
-                    and all(d.user != use.user for d in uses[:i])]
-            if not dots:
-                raise Unsupported("its dots were decomposed into reduce_scatter rings that "
-                                  "read blocks of the gathered dim: " + "; ".join(notes),
-                                  kind="dot decomposed by a reduce_scatter ring")
+        if settled is None:
+            first = self.scatters_fed(gather, dots, values)
+            if any(owner is not None for owner, _ in first):   # a composite site
+                return Match(first=first)
+            _, notes, pending = self.settled_scatters(
+                gather, [Outcome(scatter.location, skipped=True) for _, scatter in first], scan)
         placed, unplaced = [], []
         for use in dots:
             consumer = place(consumer_of(use, values, block, self.f32_sums), gather.block,
@@ -349,7 +349,7 @@ class OverlapAllGatherMatmul(RewritePass):
         detail = (f"{len(consumers)} dot(s) ({kinds}), {gather.results[0].type} gathered "
                   f"over groups of {ring.size}")
         if inner is not None:
-            detail += (f" (an all_gather of the all_gather at {where(inner.location)}, "
+            detail += (f" (an all_gather of the all_gather at {scan.where(inner.location)}, "
                        "both in one ring)")
         if len(groups) > 1:
             detail += f", {len(groups)} loops"
@@ -380,31 +380,28 @@ class OverlapAllGatherMatmul(RewritePass):
                               sliced_bytes=sum(c for _, c in traffics),
                               spans_all_devices=ring.spans_all_devices)
 
-        ordered = self.ring_orders(ring)
-        site = self.planned(site, ordered, site.plan)
-
-        def shape_of(bidirectional: bool) -> cost.SiteShape:
-            return self.planned(site, ordered, plan_of(ring.size, self, sums, bidirectional))
-
+        refusal = None
         if sums and self.platform == "tpu":
-            raise Unsupported(
+            refusal = Unsupported(
                 "a ring that sums over the gathered (contracting) dim reads and writes its "
                 "whole sum in HBM every round on TPU (4.6x the dot's compute at 8 devices, "
                 "libtpu's estimates): prefetch the gathered weight one layer ahead instead "
                 "(XLA's collective pipeliner), or name another --target to build the ring",
-                kind="summing ring on TPU", detail=detail,
-                estimate=cost.estimate(site, self.profile))
-        decision = self.decide(gather.results[0].type, shape_of, detail)
-        plan = decision.estimate.plan
-        ring = ordered(plan.streams)
-        ring.require_pairs(len(groups) * plan.permutes)
-        if ring.uses_channel:
-            scan.require_channels(len(groups) * plan.permutes)
+                kind="summing ring on TPU")
+        return Match(detail, gather.results[0].type, ring, site,
+                     lambda bidirectional: plan_of(ring.size, self, sums, bidirectional),
+                     loops=len(groups), refusal=refusal, others=pending,
+                     dots=[dot.location for dot in ring_dots],
+                     build=GatherSite(gather, inner, shard, dim, groups, assembly, values,
+                                      moved))
+
+    def emit(self, match, plan, ring, rewriter, scan) -> None:
+        s = match.build
         buffer = None
-        for i, group in enumerate(groups):
-            extra = [assembly] if assembly is not None and i == 0 else []
+        for i, group in enumerate(s.groups):
+            extra = [s.assembly] if s.assembly is not None and i == 0 else []
             with ir.InsertionPoint(group[0].anchor):
-                results = emit_loop(group + extra, shard, dim, ring, plan, scan.new_channel,
+                results = emit_loop(group + extra, s.shard, s.dim, ring, plan, scan.new_channel,
                                     self.platform)
             for consumer, result in zip(group, results):
                 if isinstance(consumer, Fused):
@@ -413,18 +410,31 @@ class OverlapAllGatherMatmul(RewritePass):
                     rewriter.replace_op(consumer.dot, [result])
             if extra:
                 buffer = results[-1]
-        erase_unused(rewriter, values)
+        erase_unused(rewriter, s.values)
         if buffer is not None:
             cursor = buffer.owner.operation
-            for view in moved:   # views the other readers read through, now after the buffer
+            for view in s.moved:   # views the other readers read through, now after the buffer
                 view.move_after(cursor)
                 cursor = view
-            rewriter.replace_op(gather, [buffer])
-        if inner is not None and not list(inner.results[0].uses):
-            rewriter.erase_op(inner)
-        for location, facts in pending:   # their dots are this ring's now
-            report(location, False, pattern=self.scatter_pass.name, **facts)
-        return detail, dataclasses.replace(decision, rings=len(groups))
+            rewriter.replace_op(s.gather, [buffer])
+        if s.inner is not None and not list(s.inner.results[0].uses):
+            rewriter.erase_op(s.inner)
+
+
+@dataclass(frozen=True)
+class GatherSite:
+    """What the all_gather ring replaces: the gather (and the gather it gathers, if
+    one), the shard each device holds, its loops of consumers, and the buffer that
+    assembles the gathered tensor for other readers (with the views they read through)."""
+
+    gather: ir.Operation
+    inner: ir.Operation | None
+    shard: ir.Value
+    dim: int
+    groups: list
+    assembly: Assembly | None
+    values: list[ir.Value]
+    moved: list[ir.Operation] | None
 
 
 def chained_gather(gather: ir.Operation, scan) -> tuple[ir.Operation, Ring] | None:
@@ -575,11 +585,6 @@ def plan_of(n: int, options: RewritePass, sums: bool = False,
         bidirectional = bool(options.bidirectional)
     return RingPlan(GATHER, n, bidirectional, options.unroll, in_loop_sum=sums)
 
-
-def permute_count(n: int, options: RewritePass, sums: bool = False) -> int:
-    """How many collective_permute ops `emit_loop` builds for one ring (each needs a
-    channel handle)."""
-    return plan_of(n, options, sums).permutes
 
 
 def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from overlap_hlo.ir.dominance import as_op, callee
+from overlap_hlo.ir.dominance import callee
+from overlap_hlo.ir.ops import as_op
 from overlap_hlo.rewrite import builders as b
 
 ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
@@ -38,7 +39,9 @@ ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
     "exponential_minus_one floor is_finite log log_plus_one logistic maximum minimum "
     "multiply negate not or power remainder round_nearest_afz round_nearest_even rsqrt "
     "select sign sine sqrt subtract tan tanh xor").split())
-UNIFORM = frozenset({"stablehlo.constant", "stablehlo.broadcast_in_dim"})
+# Ops whose result may hold one value in every element (a splat constant, a broadcast
+# scalar): `uniform` checks that it does.
+SPLAT_OPS = frozenset({"stablehlo.constant", "stablehlo.broadcast_in_dim"})
 
 
 def _defining(value: ir.Value) -> ir.Operation | None:
@@ -77,7 +80,7 @@ def elementwise_call(call: ir.Operation, shape: list[int]) -> bool:
         op = op.operation
         if op.name == "func.return":
             continue
-        if op.name in UNIFORM:
+        if op.name in SPLAT_OPS:
             if not uniform(op.results[0], shape) and _shape(op.results[0]) != []:
                 return False
         elif op.name not in ELEMENTWISE or any(_shape(r) != shape for r in op.results):
@@ -212,7 +215,7 @@ def _replay(op: ir.Operation, values: dict, block_type) -> ir.Value:
             inner_op = inner_op.operation
             if inner_op.name == "func.return":
                 return inner[inner_op.operands[0]]
-            if inner_op.name in UNIFORM and _shape(inner_op.results[0]) == []:
+            if inner_op.name in SPLAT_OPS and _shape(inner_op.results[0]) == []:
                 inner[inner_op.results[0]] = _rebuilt(   # a scalar: as is
                     inner_op, [inner.get(v, v) for v in inner_op.operands],
                     inner_op.results[0].type)
@@ -231,7 +234,7 @@ def _rebuilt(op: ir.Operation, operands: list[ir.Value], result_type: ir.Type) -
 
 def _replay_inner(op: ir.Operation, values: dict, block_type) -> ir.Value:
     """An op of an inlined body: uniform values rebuilt on the block shape."""
-    if op.name in UNIFORM:
+    if op.name in SPLAT_OPS:
         return _uniform_block(op.results[0], block_type(op.results[0].type))
     return _replay(op, values, block_type)
 

@@ -28,16 +28,18 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.groups.collectives import Ring
-from overlap_hlo.ir.dominance import after, as_op
+from overlap_hlo.ir.dominance import after
 from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
 from overlap_hlo.ir.lookthrough import (TRANSPARENT, View, add_leaves, only_transparent,
                                         producer, replay, view_backward)
+from overlap_hlo.ir.ops import as_op
 from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.passes.epilogue import Epilogue, block_type_for, find_prologue
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.ring_plan import SCATTER, RingPlan
 from overlap_hlo.rewrite import builders as b
 from overlap_hlo.rewrite.rewrite_pass import NoMatch, RewritePass, require_supported_types
+from overlap_hlo.rewrite.site import Match, Record
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class OverlapMatmulReduceScatter(RewritePass):
     root = stablehlo.ReduceScatterOp
     summary = "dot_general feeding reduce_scatter(add) -> loop of partial dots + permutes"
 
-    def rewrite_site(self, op, rewriter, scan, report=None):
+    def match(self, op, scan, settled=None) -> Match:
         scatter = op.operation
         scatter_dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value
         top, between, dim = producer(scatter.operands[0], scatter_dim)
@@ -125,37 +127,56 @@ class OverlapMatmulReduceScatter(RewritePass):
                               whole_bytes=sum(w for w, _ in traffics),
                               sliced_bytes=sum(c for _, c in traffics),
                               spans_all_devices=ring.spans_all_devices)
-        ordered = self.ring_orders(ring)
-        decision = self.decide(top.results[0].type, lambda bidirectional: self.planned(
-            site, ordered, plan_of(ring.size, self, block, bidirectional)), detail)
-        plan = decision.estimate.plan
-        ring = ordered(plan.streams)
-        ring.require_pairs(plan.permutes)
-        if ring.uses_channel:
-            scan.require_channels(plan.permutes)
+        others = shared_scatters(dots[0], scatter, scan) if readers else []
+        return Match(detail, top.results[0].type, ring, site,
+                     lambda bidirectional: plan_of(ring.size, self, block, bidirectional),
+                     build=ScatterSite(scatter, dots, adds, addends, between, dim, block,
+                                       readers, prologues), others=others,
+                     dots=[dot.location for dot in dots])
+
+    def emit(self, match, plan, ring, rewriter, scan) -> None:
+        s = match.build
+        scatter = s.scatter
         with ir.InsertionPoint(scatter):
-            result, product = emit_loop(dots, addends, dim, block, ring, between, plan,
-                                        scan.new_channel, assemble=bool(readers),
-                                        sum_type=result_type.element_type,
-                                        platform=self.platform, out_dim=scatter_dim,
-                                        prologues=prologues)
-        location = scatter.location
+            result, product = emit_loop(s.dots, s.addends, s.dim, s.block, ring, s.between,
+                                        plan, scan.new_channel, assemble=bool(s.readers),
+                                        sum_type=scatter.results[0].type.element_type,
+                                        platform=self.platform, out_dim=s.scatter_dim,
+                                        prologues=s.prologues)
         rewriter.replace_op(scatter, [result])
-        for dead in [*(view.op for view in reversed(between)), *adds]:
+        for dead in [*(view.op for view in reversed(s.between)), *s.adds]:
             rewriter.erase_op(dead)
-        for dot in dots:
+        for dot in s.dots:
             if product is not None:
-                _report_shared(dot, location, report)
                 rewriter.replace_op(dot, [product])
             else:
                 rewriter.erase_op(dot)
         erased = set()   # the prologues' ops: only the erased dots read them
-        for prologue in prologues.values():
+        for prologue in s.prologues.values():
             for op in reversed(prologue.ops):
                 if hash(op) not in erased:
                     erased.add(hash(op))
                     rewriter.erase_op(op)
-        return detail, decision
+
+
+@dataclass(frozen=True)
+class ScatterSite:
+    """What the reduce_scatter ring replaces: the scatter, its summed dots, the adds and
+    added terms between, the views after the sum, and the operand prologues it fuses."""
+
+    scatter: ir.Operation
+    dots: list[ir.Operation]
+    adds: list[ir.Operation]
+    addends: list[ir.Value]
+    between: list[View]
+    dim: int                      # the scattered dim of the dots' product
+    block: int
+    readers: list                 # other readers of the product: the ring assembles it
+    prologues: dict
+
+    @property
+    def scatter_dim(self) -> int:
+        return ir.IntegerAttr(self.scatter.attributes["scatter_dimension"]).value
 
 
 def scatter_fed_by(dot: ir.Operation) -> ir.Operation | None:
@@ -179,22 +200,23 @@ def scatter_fed_by(dot: ir.Operation) -> ir.Operation | None:
     return None
 
 
-def _report_shared(dot: ir.Operation, location: ir.Location, report) -> None:
-    """A remark for every other reduce_scatter of `dot`'s product: the first ring
-    computed the dot once and assembles it; a second ring would compute it again."""
-    if report is None:
-        return
+def shared_scatters(dot: ir.Operation, scatter: ir.Operation, scan) -> list[Record]:
+    """A record for every other reduce_scatter of `dot`'s product: the ring of `scatter`
+    computes the dot once and assembles it; a second ring would compute it again."""
+    records = []
     for use in dot.results[0].uses:
         user = as_op(use.owner)
         while user.name != "stablehlo.reduce_scatter" and len(user.results) == 1 \
                 and len(list(user.results[0].uses)) == 1 and view_backward(user, 0) is not None:
             user = as_op(next(iter(user.results[0].uses)).owner)
-        if user.name == "stablehlo.reduce_scatter":
-            report(user.location, False, reason=(
-                f"its dot also feeds the reduce_scatter at {report.where(location)}, whose ring "
-                "computes the dot once and assembles its product for this one: a ring of its "
-                "own would compute the dot a second time"),
-                kind="dot shared with another reduce_scatter")
+        if user.name == "stablehlo.reduce_scatter" and user != scatter:
+            where = scan.where(scatter.location)
+            records.append(Record(user.location, OverlapMatmulReduceScatter.name, False, dict(
+                reason=(f"its dot also feeds the reduce_scatter at {where}, whose ring "
+                        "computes the dot once and assembles its product for this one: a ring "
+                        "of its own would compute the dot a second time"),
+                kind="dot shared with another reduce_scatter")))
+    return records
 
 
 def returned(region_op: ir.Operation, value: ir.Value) -> list[ir.Value]:
@@ -290,10 +312,6 @@ def plan_of(n: int, options: RewritePass, block: int = 2,
         bidirectional = bool(options.bidirectional)
     return RingPlan(SCATTER, n, bidirectional, 1, chains=2 if block >= 2 else 1)
 
-
-def permute_count(n: int, options: RewritePass) -> int:
-    """How many collective_permute ops `emit_loop` builds (each needs a channel handle)."""
-    return plan_of(n, options).permutes
 
 
 def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int,

@@ -262,3 +262,9 @@ def gathered_dot(mesh, seed: int = 0):
     w = jax.device_put(jnp.asarray(rng.standard_normal((32, 16)), jnp.float32),
                        NamedSharding(mesh, P()))
     return fn, x, w
+
+
+def permute_count(pass_module, n: int, options, **plan) -> int:
+    """How many collective_permute ops a pass module's `emit_loop` builds for one ring of
+    a group of `n` with these options (each needs a channel handle)."""
+    return pass_module.plan_of(n, options, **plan).permutes

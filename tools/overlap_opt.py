@@ -32,7 +32,7 @@ from overlap_hlo.ir.large_stack import on_large_stack
 from overlap_hlo.ir.locations import describe, file_line_col
 from overlap_hlo.plan.cost import PROFILES
 from overlap_hlo.rewrite.pipeline import PipelineError, build_pass_manager, registered_passes
-from overlap_hlo.rewrite.rewrite_pass import Site, SiteLog, statistics
+from overlap_hlo.rewrite.site import Site, SiteLog, statistics
 
 from . import cli
 from .cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, STDIN_NAME, CliError, say
@@ -401,10 +401,7 @@ class Driver:
         return True
 
     def _on_site(self, site: Site, location: ir.Location) -> None:
-        prefix = f"{site.location}: remark: "
-        message = site.format()
-        message = message[len(prefix):] if message.startswith(prefix) else message
-        self.diagnostics.append(Diagnostic("remark", message, site.location,
+        self.diagnostics.append(Diagnostic("remark", site.message(), site.location,
                                            self._line(location)))
 
     def _print_diagnostic(self, diagnostic: Diagnostic) -> None:

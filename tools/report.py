@@ -28,7 +28,7 @@ from overlap_hlo.api import InputError
 from overlap_hlo.ir.large_stack import on_large_stack
 from overlap_hlo.ir.locations import describe
 from overlap_hlo.rewrite.pipeline import PipelineError, build_pass_manager
-from overlap_hlo.rewrite.rewrite_pass import SiteLog
+from overlap_hlo.rewrite.site import SiteLog
 
 from . import cli
 from .cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, STDIN_NAME, CliError

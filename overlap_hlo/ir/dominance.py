@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
 
+from overlap_hlo.ir.ops import as_op
+
 # Ops whose region every device that reaches the op executes exactly once.
 ONCE = frozenset({"sdy.manual_computation", "sdy.named_computation"})
 
 # Ops whose result is the same on every device when their operands are: no device
 # ids, no data from arguments, no collectives (the loop-counter arithmetic of a scan).
-UNIFORM_OPS = frozenset({
+DEVICE_INVARIANT_OPS = frozenset({
     "stablehlo.constant", "stablehlo.iota", "stablehlo.add", "stablehlo.subtract",
     "stablehlo.multiply", "stablehlo.divide", "stablehlo.remainder", "stablehlo.negate",
     "stablehlo.abs", "stablehlo.sign", "stablehlo.maximum", "stablehlo.minimum",
@@ -27,11 +29,6 @@ UNIFORM_OPS = frozenset({
     "stablehlo.concatenate", "stablehlo.transpose", "stablehlo.shift_left",
     "stablehlo.shift_right_arithmetic", "stablehlo.shift_right_logical",
 })
-
-
-def as_op(owner) -> ir.Operation:
-    """The operation behind an op view or an `ir.Operation` (a value's `owner`)."""
-    return owner if isinstance(owner, ir.Operation) else owner.operation
 
 
 def callee(call: ir.Operation) -> ir.Operation | None:
@@ -216,7 +213,7 @@ def is_uniform(value: ir.Value, assumed: set, callers: Callers | None = None) ->
 
     `assumed` holds the (op, index) pairs being checked, so that a loop-carried cycle
     is accepted when everything else along it is uniform. Beside the ops of
-    UNIFORM_OPS: an entry function's arguments that JAX marks `jax.global_constant`
+    DEVICE_INVARIANT_OPS: an entry function's arguments that JAX marks `jax.global_constant`
     (a multi-platform export's platform index), a private function's arguments when
     every caller (`callers`) passes a uniform value, a scalar a manual computation
     receives, and the results of an if/case on a uniform value whose branches return
@@ -248,7 +245,7 @@ def is_uniform(value: ir.Value, assumed: set, callers: Callers | None = None) ->
         return is_uniform(owner.operands[0], assumed, callers) and all(
             is_uniform(as_op(list(region.blocks[0].operations)[-1]).operands[index],
                        assumed, callers) for region in owner.regions)
-    if owner.name not in UNIFORM_OPS:
+    if owner.name not in DEVICE_INVARIANT_OPS:
         return False
     return all(is_uniform(operand, assumed, callers) for operand in owner.operands)
 

@@ -1,6 +1,8 @@
 """`file:line:col` for MLIR locations, through the typed location classes."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from jaxlib.mlir import ir
 
 
@@ -27,12 +29,29 @@ def file_line_col(loc: ir.Location) -> ir.FileLineColLoc | None:
     return None
 
 
+@dataclass(frozen=True)
+class Where:
+    """A source position: the file (the parser's "-" renamed to the input's name) and,
+    when the location holds one, its line and column."""
+
+    file: str
+    line: int | None = None
+    column: int | None = None
+
+    @classmethod
+    def of(cls, location: ir.Location, input_name: str | None = None) -> Where:
+        flc = file_line_col(location)
+        if flc is None:
+            return cls(input_name or "<unknown>")
+        name = flc.filename
+        if name in ("-", "") and input_name:
+            name = input_name
+        return cls(name, flc.start_line, flc.start_col)
+
+    def __str__(self) -> str:
+        return self.file if self.line is None else f"{self.file}:{self.line}:{self.column}"
+
+
 def describe(loc: ir.Location, input_name: str | None = None) -> str:
     """`file:line:col`, with the parser's "-" replaced by `input_name`."""
-    flc = file_line_col(loc)
-    if flc is None:
-        return input_name or "<unknown>"
-    name = flc.filename
-    if name in ("-", "") and input_name:
-        name = input_name
-    return f"{name}:{flc.start_line}:{flc.start_col}"
+    return str(Where.of(loc, input_name))

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from overlap_hlo.ir.dominance import as_op, callee
+from overlap_hlo.ir.dominance import callee
+from overlap_hlo.ir.ops import as_op
 
 TRANSPARENT = frozenset({"sdy.sharding_constraint"})
 

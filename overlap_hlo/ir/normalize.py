@@ -21,8 +21,9 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from overlap_hlo.ir.dominance import Callers, as_op, callee
+from overlap_hlo.ir.dominance import Callers, callee
 from overlap_hlo.ir.lookthrough import add_leaves, producer, users_through_views
+from overlap_hlo.ir.ops import as_op
 
 BRANCHING = ("stablehlo.case", "stablehlo.if")
 COLLECTIVES = ("stablehlo.all_gather", "stablehlo.reduce_scatter")

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.passmanager import PassManager
 
-from overlap_hlo.rewrite.rewrite_pass import RewritePass, SiteLog
+from overlap_hlo.rewrite.rewrite_pass import RewritePass
+from overlap_hlo.rewrite.site import SiteLog
 
 DEFAULT_PIPELINE = ("builtin.module(overlap-all-gather-matmul,"
                     "overlap-matmul-reduce-scatter,canonicalize,cse)")

@@ -1,10 +1,17 @@
-"""Base class of the rewrite passes: options, site log, channel handles, the driver.
+"""Base class of the rewrite passes: options and the driver every pass shares.
 
 A pass is a frozen dataclass whose fields are its options (`threshold_mib` is
-spelled `threshold-mib` in pipeline text). Subclasses name the op their pattern is
-rooted at and implement `rewrite_site`, which either rewrites through the
-`PatternRewriter` and returns a description, raises `NoMatch` (not a candidate), or
-raises `Unsupported` (a candidate left unchanged; the reason is logged).
+spelled `threshold-mib` in pipeline text). It names the op its pattern is rooted at
+and implements two phases:
+
+- `match(op, scan, settled)`: a pure description of the site rooted at `op` (a
+  `Match`: the ring, the cost model's view of the site, what to build), or `NoMatch`
+  (not a candidate), or `Unsupported` (a candidate left unchanged; the reason is logged).
+  No IR is touched.
+- `emit(match, plan, ring, rewriter, scan)`: build the rings and replace the site.
+
+`settle` runs match -> plan -> decide -> reserve channels -> emit -> replace for every
+pass; `run` applies it to each root op with MLIR's greedy driver.
 """
 from __future__ import annotations
 
@@ -13,19 +20,18 @@ from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.ir import compat
-from overlap_hlo.ir.dominance import Callers
 from overlap_hlo.ir.dots import tensor_bytes
-from overlap_hlo.ir.locations import describe
 from overlap_hlo.ir.normalize import normalize
 from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.plan import cost
-from overlap_hlo.plan.cost import Estimate, SiteShape
+from overlap_hlo.plan.cost import SiteShape
 from overlap_hlo.plan.ring_order import Links
 from overlap_hlo.plan.ring_plan import RingPlan
 from overlap_hlo.rewrite import builders
+from overlap_hlo.rewrite.scan import ModuleScan
+from overlap_hlo.rewrite.site import Decision, Match, Outcome, Record, SiteLog
 
 DEFAULT_THRESHOLD_MIB = 1.0
 # Ring rounds per loop iteration: rounds that fill no iteration are emitted inline,
@@ -36,163 +42,6 @@ DEFAULT_PREDICTION_PROFILE = "h100-sxm"
 
 class NoMatch(Exception):
     """The root op is not a site of this pass."""
-
-
-@dataclass(frozen=True)
-class Site:
-    """One candidate site and what the pass decided about it."""
-
-    location: str
-    pattern: str
-    applied: bool
-    detail: str = ""                 # the site: dots, dims, shapes, group size
-    reason: str = ""                 # why it was left unchanged
-    kind: str = ""                   # the reason, grouped for statistics
-    estimate: Estimate | None = None
-    rule: str = ""                   # what decided a rewrite (threshold, cost model)
-    profile_named: bool = True       # the estimate's profile was named (else not shown)
-    rings: int = 0                   # loops built with `plan` (a gather's dots may need 2)
-
-    @property
-    def plan(self) -> RingPlan | None:
-        """The ring's schedule: rounds, blocks, shifts, loop range and trip count (built
-        as planned when `applied`; what the prediction assumed otherwise). None when
-        the site was left unchanged before a ring was planned."""
-        return self.estimate.plan if self.estimate is not None else None
-
-    def format(self) -> str:
-        facts = [self.detail]
-        if self.applied and self.rule:
-            facts.append(f"decided by {self.rule}")
-        if self.estimate is not None and self.profile_named:
-            facts.append(self.prediction())
-        if not self.applied:
-            facts.insert(0, self.reason)
-        verdict = "rewritten" if self.applied else "left unchanged"
-        return (f"{self.location}: remark: {self.pattern}: {verdict}: "
-                + "; ".join(fact for fact in facts if fact))
-
-    def prediction(self) -> str:
-        """The predicted times, labelled with the profile that made them; a rewritten
-        site predicted slower than the original says so. The remark shows it only when
-        the profile was named: no run presents an unchosen profile's figures."""
-        e = self.estimate
-        text = (f"predicted {e.before_us:.1f} us -> {e.after_us:.1f} us ({e.speedup:.2f}x) "
-                f"on {e.hardware}")
-        if self.applied and e.after_us > e.before_us:
-            text += ": predicted slower than the original"
-        return text
-
-
-@dataclass
-class SiteLog:
-    """Sites seen by every pass of one pipeline run, in order: one record per site
-    (per root op and pass run), even when two sites share a line and shapes."""
-
-    sites: list[Site] = field(default_factory=list)
-    input_name: str | None = None
-
-    def add(self, location: ir.Location, pattern: str, applied: bool, **facts) -> None:
-        self.sites.append(Site(describe(location, self.input_name), pattern, applied, **facts))
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Why a site is rewritten: its predicted times and the rule that decided."""
-
-    estimate: Estimate
-    rule: str
-    rings: int = 1                   # loops the site builds with the estimate's plan
-
-
-@dataclass
-class Reporter:
-    """Handed to `rewrite_site`: records decisions about other sites that a site settles
-    (logged after the site's own record), and names locations as the log does."""
-
-    records: list
-    pattern: str
-    input_name: str | None = None
-
-    def __call__(self, location: ir.Location, applied: bool, pattern: str | None = None,
-                 **facts) -> None:
-        self.records.append((location, pattern or self.pattern, applied, facts))
-
-    def where(self, location: ir.Location) -> str:
-        return describe(location, self.input_name)
-
-
-def statistics(sites: list[Site]) -> dict[str, dict[str, int]]:
-    """Per pass: sites seen, rewritten, and left unchanged by reason."""
-    table: dict[str, dict[str, int]] = {}
-    for site in sites:
-        row = table.setdefault(site.pattern, {"seen": 0, "rewritten": 0})
-        row["seen"] += 1
-        key = "rewritten" if site.applied else f"skipped: {site.kind}"
-        row[key] = row.get(key, 0) + 1
-    return table
-
-
-INT64_MAX = 2**63 - 1
-
-
-class ModuleScan:
-    """What every site of one pass run needs to know of the whole module, gathered in
-    one walk: the highest channel handle (new ones go above it), the
-    sdy.manual_computation ops, whether GSPMD marks any region partially manual, who
-    calls each function, and the number of each op named `root` in program order (by
-    identity: a site's number across runs of the pass).
-
-    A `channel_handle` or `mhlo.sharding` attribute of another type (on an op the
-    passes do not know) is not a channel or a sharding: it is counted in `ignored`.
-    """
-
-    def __init__(self, module_op: ir.Operation, root: str = ""):
-        self.last_channel = 0
-        self.numbers: dict[int, int] = {}
-        self.manual_computations: list[ir.Operation] = []
-        self.partially_manual_gspmd = False
-        self.ignored: list[str] = []   # "op-name attribute" of attributes not understood
-        self.callers = Callers()
-
-        def visit(op):
-            attrs = op.attributes
-            self.callers.note(op)
-            if op.name == root:
-                self.numbers[hash(op)] = len(self.numbers)
-            if "channel_handle" in attrs:
-                attr = attrs["channel_handle"]
-                if stablehlo.ChannelHandle.isinstance(attr):
-                    handle = stablehlo.ChannelHandle(attr).handle
-                    self.last_channel = max(self.last_channel, handle)
-                else:
-                    self.ignored.append(f"{op.name} channel_handle")
-            if op.name == "sdy.manual_computation":
-                self.manual_computations.append(op)
-            if "mhlo.sharding" in attrs:
-                attr = attrs["mhlo.sharding"]
-                if isinstance(attr, ir.StringAttr):
-                    value = attr.value
-                    self.partially_manual_gspmd |= "manual" in value and value != "{manual}"
-                else:
-                    self.ignored.append(f"{op.name} mhlo.sharding")
-            return ir.WalkResult.ADVANCE
-
-        module_op.walk(visit)
-
-    def require_channels(self, count: int) -> None:
-        """Unsupported unless `count` new handles fit above the highest one (checked
-        before a site builds anything)."""
-        if count > INT64_MAX - self.last_channel:
-            raise Unsupported(f"no free channel handles: the module already uses handle "
-                              f"{self.last_channel} and the ring needs {count} more",
-                              kind="channel handles exhausted")
-
-    def new_channel(self) -> int:
-        if self.last_channel >= INT64_MAX:
-            raise OverflowError("channel handles exhausted")   # require_channels prevents it
-        self.last_channel += 1
-        return self.last_channel
 
 
 def verification_error(op: ir.Operation) -> str | None:
@@ -331,11 +180,67 @@ class RewritePass:
             values[known[key].name] = _convert(known[key], text, cls.name)
         return cls(**values)
 
-    def rewrite_site(self, op, rewriter, scan: ModuleScan, report=None
-                     ) -> tuple[str, Decision]:
-        """Rewrite the site rooted at `op`; `report(location, applied, **facts)` records
-        a decision about another site of this pass that this one settles."""
+    def match(self, op, scan: ModuleScan, settled: list[Outcome] | None = None) -> Match:
+        """The site rooted at `op`, or NoMatch / Unsupported. `settled`: the outcomes of
+        the sites this one listed in `Match.first`, in that order (a second call)."""
         raise NotImplementedError
+
+    def emit(self, match: Match, plan: RingPlan, ring, rewriter, scan: ModuleScan) -> None:
+        """Build `match.build` as `plan` with `ring` (visited in its chosen order) and
+        replace the site's ops through `rewriter`; new channels from `scan`."""
+        raise NotImplementedError
+
+    def settle(self, op, rewriter, scan: ModuleScan, settled_first: list[Record]
+               ) -> tuple[Match, Decision]:
+        """match -> plan -> decide -> reserve channels -> emit for the site at `op`;
+        raises NoMatch or Unsupported before any IR is touched (unless sites it settles
+        first were built: their records go to `settled_first`)."""
+        match = self.match(op, scan)
+        if match.first:
+            outcomes = [self._settle_first(owner, root, rewriter, scan, settled_first)
+                        for owner, root in match.first]
+            match = self.match(op, scan, outcomes)
+        ordered = self.ring_orders(match.ring)
+
+        def shape_of(bidirectional: bool) -> SiteShape:
+            return self.planned(match.shape, ordered, match.plan_for(bidirectional))
+
+        if match.refusal is not None:
+            raise Unsupported(str(match.refusal), kind=match.refusal.kind,
+                              detail=match.detail, dots=match.dots, estimate=cost.estimate(
+                                  shape_of(bool(self.bidirectional)), self.profile))
+        try:
+            decision = self.decide(match.communicated, shape_of, match.detail)
+        except Unsupported as reason:   # below the threshold or not profitable
+            reason.dots = match.dots
+            raise
+        plan = decision.estimate.plan
+        ring = ordered(plan.streams)
+        ring.require_pairs(match.loops * plan.permutes)
+        if ring.uses_channel:
+            scan.require_channels(match.loops * plan.permutes)
+        self.emit(match, plan, ring, rewriter, scan)
+        return match, dataclasses.replace(decision, rings=match.loops)
+
+    @staticmethod
+    def _settle_first(owner, root, rewriter, scan, records: list[Record]) -> Outcome:
+        """Settle `root` with pass `owner` (None: leave it) before a composite site."""
+        location = root.location   # read before the rewrite erases `root`
+        if owner is None:
+            return Outcome(location, skipped=True)
+        try:
+            with location, builders.shared_scalars():   # its constants stay its own
+                match, decision = owner.settle(root, rewriter, scan, records)
+        except NoMatch:
+            return Outcome(location)
+        except Unsupported as reason:
+            return Outcome(location, reason=reason)
+        records.append(Record(location, owner.name, True, dict(
+            detail=match.detail + "; the dot reads an all_gather whose ring runs inside",
+            estimate=decision.estimate, rule=decision.rule, rings=decision.rings,
+            dots=match.dots)))
+        records.extend(match.others)
+        return Outcome(location, match, decision)
 
     def run(self, module_op: ir.Operation, log: SiteLog) -> None:
         """Apply this pass's pattern to `module_op` with MLIR's greedy driver.
@@ -349,13 +254,14 @@ class RewritePass:
         broken: dict[int, str] = {}            # site number -> why its rewrite failed
         careful = False
         while True:
-            records: list = []   # (location, pattern, applied, facts), logged on success
+            records: list[Record] = []   # logged when the run succeeds
             failure = self._apply(module_op, records, broken, careful, log.input_name)
             if failure is None:
                 error = verification_error(module_op)
                 if error is None:
-                    for location, pattern, applied, facts in records:
-                        log.add(location, pattern, applied, **facts)
+                    for record in records:
+                        log.add(record.location, record.pattern, record.applied,
+                                **record.facts)
                     return
                 if careful:   # every site verified: something else broke the module
                     raise RuntimeError(f"{self.name}: the module does not verify: {error}")
@@ -369,7 +275,7 @@ class RewritePass:
         """One greedy run, recording each site's fate in `records`; returns (site number,
         error) for the first site whose rewrite raised (or, when `careful`, left the
         module invalid), after which the run stops rewriting. `broken` sites are skipped."""
-        scan = ModuleScan(module_op, self.root.OPERATION_NAME)
+        scan = ModuleScan(module_op, self.root.OPERATION_NAME, input_name)
         # Root ops already decided in this run: the greedy driver revisits an op whose
         # neighbours changed (an all_gather kept for other readers, a site left
         # unchanged), and each site gets one decision and one record. Keys are the
@@ -377,7 +283,10 @@ class RewritePass:
         decided: set[int] = set()
         named = bool(self.hardware)
         failure: list[tuple[int, str]] = []
-        log = Reporter(records, self.name)
+
+        def log(location, applied: bool, pattern: str = self.name, **facts) -> None:
+            records.append(Record(location, pattern, applied,
+                                  dict(facts, profile_named=named)))
 
         def pattern(op, rewriter):
             key = hash(op.operation)
@@ -389,21 +298,18 @@ class RewritePass:
             if number in broken:
                 log(location, False, kind="internal error", reason=(
                     f"internal error: its rewrite failed ({broken[number]}); the site is "
-                    "valid input, left as it was (please report it)"), profile_named=named)
+                    "valid input, left as it was (please report it)"))
                 return True
-
-            reports = []   # other sites this one settles, recorded after it
-            report = Reporter(reports, self.name, input_name)
-
+            first: list[Record] = []   # sites settled before this one: logged after it
             try:
                 try:
                     with location, builders.shared_scalars():
-                        outcome = self.rewrite_site(op, rewriter, scan, report)
+                        match, decision = self.settle(op, rewriter, scan, first)
                 except NoMatch:
                     return True
                 except Unsupported as reason:
                     log(location, False, reason=str(reason), kind=reason.kind,
-                        detail=reason.detail, estimate=reason.estimate, profile_named=named)
+                        detail=reason.detail, estimate=reason.estimate, dots=reason.dots)
                     return True
                 except Exception as err:   # noqa: BLE001 - any failure leaves the site as it was
                     failure.append((number, f"{type(err).__name__}: {err}"))
@@ -412,13 +318,13 @@ class RewritePass:
                 if error is not None:
                     failure.append((number, f"the rewritten module does not verify: {error}"))
                     return False
-                detail, decision = outcome
-                log(location, True, detail=detail, estimate=decision.estimate,
-                    rule=decision.rule, profile_named=named, rings=decision.rings)
+                log(location, True, detail=match.detail, estimate=decision.estimate,
+                    rule=decision.rule, rings=decision.rings, dots=match.dots)
+                first.extend(match.others)
                 return False  # the bindings read a falsy result as "matched and rewrote"
             finally:
-                for where, pattern_name, applied, facts in reports:
-                    log(where, applied, pattern_name, profile_named=named, **facts)
+                for record in first:
+                    log(record.location, record.applied, record.pattern, **record.facts)
 
         patterns = compat.RewritePatternSet()
         patterns.add(self.root, pattern)

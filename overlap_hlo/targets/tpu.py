@@ -28,7 +28,7 @@ from overlap_hlo.ir import compat
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.ring_order import Links
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE
-from overlap_hlo.rewrite.rewrite_pass import Site
+from overlap_hlo.rewrite.site import Site
 
 
 class TpuError(Exception):

@@ -20,7 +20,8 @@ from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
 from harness import DATA, auto_axis_types, permutes
-from overlap_hlo.rewrite.rewrite_pass import Site
+from overlap_hlo.ir.locations import Where
+from overlap_hlo.rewrite.site import Site
 from overlap_hlo.tools.overlap_opt import main
 
 SDY = DATA / "shard_map_sdy.mlir"
@@ -103,7 +104,7 @@ def test_input_name_names_text_input_in_site_locations():
 # Never silent.
 
 def site(kind: str, applied: bool = False) -> Site:
-    return Site("f.mlir:1:1", "overlap-all-gather-matmul", applied, reason=kind, kind=kind)
+    return Site(Where("f.mlir", 1, 1), "overlap-all-gather-matmul", applied, reason=kind, kind=kind)
 
 
 def test_unchanged_summary_counts_by_reason():

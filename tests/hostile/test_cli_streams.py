@@ -135,13 +135,12 @@ sys.exit(overlap_opt.main(sys.argv[1:]))
 
 STOP_IN_PASS = """
 import sys, signal
-from overlap_hlo.rewrite import rewrite_pass
+from overlap_hlo.rewrite.scan import ModuleScan
 from overlap_hlo.tools import overlap_opt
-real_scan = rewrite_pass.ModuleScan.__init__
 def scan(self, *args):      # inside pm.run: MLIR's pass manager is on the stack
     sys.stdout.write("ready\\n"); sys.stdout.flush()
     signal.pause()
-rewrite_pass.ModuleScan.__init__ = scan
+ModuleScan.__init__ = scan
 sys.exit(overlap_opt.main(sys.argv[1:]))
 """
 

@@ -17,7 +17,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
-from harness import Program, check, op_counts, partitioner
+from harness import Program, check, op_counts, partitioner, permute_count
 from overlap_hlo.passes import all_gather_matmul
 from overlap_hlo.passes.all_gather_matmul import OverlapAllGatherMatmul
 
@@ -181,7 +181,7 @@ def test_chained_gathers_make_one_ring(axes, options):
     prog = Program(fn, (2, 4), axes, [((64, 16), P(("b", "a"))), ((16, 8), P())], P())
     counts = check(prog, pipeline=pipeline(*options))
     opts = OverlapAllGatherMatmul(bidirectional=options[0], unroll=options[1])
-    assert counts["stablehlo.collective_permute"] == all_gather_matmul.permute_count(8, opts)
+    assert counts["stablehlo.collective_permute"] == permute_count(all_gather_matmul, 8, opts)
     (site,) = sites_of(prog)
     assert "groups of 8 (an all_gather of the all_gather at" in site.detail
 

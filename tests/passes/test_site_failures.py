@@ -5,6 +5,7 @@ input), and the other sites of the module are still rewritten.
 
 Hand-written per-device modules run on the host CPU devices before and after.
 """
+import dataclasses
 from collections import Counter
 
 import jax
@@ -192,29 +193,32 @@ TWO_SITES = LEGACY_DOTS.replace('"stablehlo.dot"', "stablehlo.dot_general").repl
 
 
 def broken_rewrite(how: str):
-    """The gather pass's rewrite, broken: it raises after building its ring, or leaves
+    """The gather pass's emitter, broken: it raises after building its ring, or leaves
     an op that does not verify (an add of two shapes) in front of the all_gather."""
-    real = OverlapAllGatherMatmul.rewrite_site
+    real = OverlapAllGatherMatmul.emit
 
-    def rewrite_site(self, op, rewriter, scan, report=None):
+    def emit(self, match, plan, ring, rewriter, scan):
+        gather = match.build.gather
         if how == "invalid IR":
-            shard = op.operation.operands[0]
-            with ir.InsertionPoint(op.operation):
+            shard = gather.operands[0]
+            with ir.InsertionPoint(gather):
                 other = stablehlo.constant(ir.DenseElementsAttr.get(np.zeros(3, np.float32)))
                 bad = ir.Operation.create("stablehlo.add", results=[shard.type],
                                           operands=[shard, other])
-            op.operation.operands[0] = bad.result   # used, so nothing erases it
-        outcome = real(self, op, rewriter, scan, report)
+            gather.operands[0] = bad.result
+            # the ring reads it, so nothing erases it
+            match = dataclasses.replace(match, build=dataclasses.replace(match.build,
+                                                                         shard=bad.result))
+        real(self, match, plan, ring, rewriter, scan)
         if how == "raises":
             raise RuntimeError("a bug in the middle of a rewrite")
-        return outcome
 
-    return rewrite_site
+    return emit
 
 
 @pytest.mark.parametrize("how", ["raises", "invalid IR"])
 def test_a_failed_site_is_undone_and_reported(monkeypatch, how):
-    monkeypatch.setattr(OverlapAllGatherMatmul, "rewrite_site", broken_rewrite(how))
+    monkeypatch.setattr(OverlapAllGatherMatmul, "emit", broken_rewrite(how))
     mod = overlap_hlo.parse(TWO_SITES)
     with pytest.warns(overlap_hlo.SitesLeftUnchanged, match="1 internal error"):
         sites = overlap_hlo.rewrite_module(mod, threshold_mib=0)
@@ -232,7 +236,7 @@ def test_a_failed_site_is_undone_and_reported(monkeypatch, how):
 
 
 def test_a_failed_site_on_the_command_line(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(OverlapAllGatherMatmul, "rewrite_site", broken_rewrite("invalid IR"))
+    monkeypatch.setattr(OverlapAllGatherMatmul, "emit", broken_rewrite("invalid IR"))
     source = tmp_path / "two.mlir"
     source.write_text(TWO_SITES)
     out = tmp_path / "out.mlir"

@@ -13,7 +13,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
-from harness import Program, check, partitioner
+from harness import Program, check, partitioner, permute_count
 from overlap_hlo.passes import all_gather_matmul, matmul_reduce_scatter
 from overlap_hlo.passes.all_gather_matmul import OverlapAllGatherMatmul
 
@@ -53,9 +53,9 @@ def ring_permutes(n: int, options, gathers: int, scatters: int, summing: int = 0
     reduce_scatter rings."""
     bidirectional, unroll = options
     opts = OverlapAllGatherMatmul(bidirectional=bidirectional, unroll=unroll)
-    return ((gathers - summing) * all_gather_matmul.permute_count(n, opts)
-            + summing * all_gather_matmul.permute_count(n, opts, sums=True)
-            + scatters * matmul_reduce_scatter.permute_count(n, opts))
+    return ((gathers - summing) * permute_count(all_gather_matmul, n, opts)
+            + summing * permute_count(all_gather_matmul, n, opts, sums=True)
+            + scatters * permute_count(matmul_reduce_scatter, n, opts))
 
 
 def grad_of(fn, argnums):

@@ -11,12 +11,12 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 import overlap_hlo
-from harness import GATHER_MODULE, SCATTER_MODULE, op_counts
+from harness import GATHER_MODULE, SCATTER_MODULE, op_counts, permute_count
 from overlap_hlo.passes import all_gather_matmul, matmul_reduce_scatter
 from overlap_hlo.passes.all_gather_matmul import OverlapAllGatherMatmul
 from overlap_hlo.passes.matmul_reduce_scatter import OverlapMatmulReduceScatter
 from overlap_hlo.plan import cost
-from overlap_hlo.rewrite.rewrite_pass import INT64_MAX, ModuleScan
+from overlap_hlo.rewrite.scan import INT64_MAX, ModuleScan
 
 TEMPLATES = {"gather": (GATHER_MODULE, all_gather_matmul),
              "scatter": (SCATTER_MODULE, matmul_reduce_scatter)}
@@ -59,7 +59,7 @@ def test_permute_count_is_what_the_ring_builds(kind):
         (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
                                              unroll=unroll)
         assert site.applied
-        expected = module_of_pass.permute_count(n, pass_options(kind, bidi, unroll))
+        expected = permute_count(module_of_pass, n, pass_options(kind, bidi, unroll))
         assert len(handles(module)) == expected, (n, bidi, unroll)
         assert sorted(handles(module)) == list(range(2, 2 + expected))
 
@@ -79,7 +79,7 @@ def test_channel_handles_exhausted_leave_the_site_unchanged(kind, bidi, unroll):
 @pytest.mark.parametrize("kind", sorted(TEMPLATES))
 def test_channel_handles_up_to_int64_max(kind):
     _, module_of_pass = TEMPLATES[kind]
-    needed = module_of_pass.permute_count(4, pass_options(kind, True, 1))
+    needed = permute_count(module_of_pass, 4, pass_options(kind, True, 1))
     fits = module_for(kind, 4, handle=INT64_MAX - needed)
     (site,) = overlap_hlo.rewrite_module(fits, threshold_mib=0, bidirectional=True)
     assert site.applied

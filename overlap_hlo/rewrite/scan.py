@@ -1,0 +1,76 @@
+"""One walk over a module before a pass run: channel handles, manual computations,
+callers, and each site's number."""
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+from overlap_hlo.ir.dominance import Callers
+from overlap_hlo.ir.locations import describe
+from overlap_hlo.ir.unsupported import Unsupported
+
+INT64_MAX = 2**63 - 1
+
+
+class ModuleScan:
+    """What every site of one pass run needs to know of the whole module, gathered in
+    one walk: the highest channel handle (new ones go above it), the
+    sdy.manual_computation ops, whether GSPMD marks any region partially manual, who
+    calls each function, and the number of each op named `root` in program order (by
+    identity: a site's number across runs of the pass).
+
+    A `channel_handle` or `mhlo.sharding` attribute of another type (on an op the
+    passes do not know) is not a channel or a sharding: it is counted in `ignored`.
+    """
+
+    def __init__(self, module_op: ir.Operation, root: str = "", input_name: str | None = None):
+        self.input_name = input_name   # names locations as the site log does
+        self.last_channel = 0
+        self.numbers: dict[int, int] = {}
+        self.manual_computations: list[ir.Operation] = []
+        self.partially_manual_gspmd = False
+        self.ignored: list[str] = []   # "op-name attribute" of attributes not understood
+        self.callers = Callers()
+
+        def visit(op):
+            attrs = op.attributes
+            self.callers.note(op)
+            if op.name == root:
+                self.numbers[hash(op)] = len(self.numbers)
+            if "channel_handle" in attrs:
+                attr = attrs["channel_handle"]
+                if stablehlo.ChannelHandle.isinstance(attr):
+                    handle = stablehlo.ChannelHandle(attr).handle
+                    self.last_channel = max(self.last_channel, handle)
+                else:
+                    self.ignored.append(f"{op.name} channel_handle")
+            if op.name == "sdy.manual_computation":
+                self.manual_computations.append(op)
+            if "mhlo.sharding" in attrs:
+                attr = attrs["mhlo.sharding"]
+                if isinstance(attr, ir.StringAttr):
+                    value = attr.value
+                    self.partially_manual_gspmd |= "manual" in value and value != "{manual}"
+                else:
+                    self.ignored.append(f"{op.name} mhlo.sharding")
+            return ir.WalkResult.ADVANCE
+
+        module_op.walk(visit)
+
+    def where(self, location: ir.Location) -> str:
+        """`location` as remarks name it ("file:line:col")."""
+        return describe(location, self.input_name)
+
+    def require_channels(self, count: int) -> None:
+        """Unsupported unless `count` new handles fit above the highest one (checked
+        before a site builds anything)."""
+        if count > INT64_MAX - self.last_channel:
+            raise Unsupported(f"no free channel handles: the module already uses handle "
+                              f"{self.last_channel} and the ring needs {count} more",
+                              kind="channel handles exhausted")
+
+    def new_channel(self) -> int:
+        if self.last_channel >= INT64_MAX:
+            raise OverflowError("channel handles exhausted")   # require_channels prevents it
+        self.last_channel += 1
+        return self.last_channel

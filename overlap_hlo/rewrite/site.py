@@ -1,0 +1,150 @@
+"""The site data model: a `Match` (what a pass found, before any IR is touched), the
+`Decision` taken on it, and the `Site` record a pass run logs for every candidate."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from jaxlib.mlir import ir
+
+from overlap_hlo.ir.locations import Where
+from overlap_hlo.ir.unsupported import Unsupported
+from overlap_hlo.plan.cost import Estimate, SiteShape
+from overlap_hlo.plan.ring_plan import RingPlan
+
+
+@dataclass(frozen=True)
+class Site:
+    """One candidate site and what the pass decided about it."""
+
+    where: Where                     # the collective's position
+    pattern: str
+    applied: bool
+    detail: str = ""                 # the site: dots, dims, shapes, group size
+    reason: str = ""                 # why it was left unchanged
+    kind: str = ""                   # the reason, grouped for statistics
+    estimate: Estimate | None = None
+    rule: str = ""                   # what decided a rewrite (threshold, cost model)
+    profile_named: bool = True       # the estimate's profile was named (else not shown)
+    rings: int = 0                   # loops built with `plan` (a gather's dots may need 2)
+    dots: tuple[Where, ...] = ()     # the dots its ring computes (when it was matched)
+
+    @property
+    def location(self) -> str:
+        """`file:line:col` of the collective, as remarks name it."""
+        return str(self.where)
+
+    @property
+    def plan(self) -> RingPlan | None:
+        """The ring's schedule: rounds, blocks, shifts, loop range and trip count (built
+        as planned when `applied`; what the prediction assumed otherwise). None when
+        the site was left unchanged before a ring was planned."""
+        return self.estimate.plan if self.estimate is not None else None
+
+    def format(self) -> str:
+        """The remark: `file:line:col: remark: ` and `message()`."""
+        return f"{self.location}: remark: {self.message()}"
+
+    def message(self) -> str:
+        """The pass, the verdict and the facts: dots, dims, reason, rule, prediction."""
+        facts = [self.detail]
+        if self.applied and self.rule:
+            facts.append(f"decided by {self.rule}")
+        if self.estimate is not None and self.profile_named:
+            facts.append(self.prediction())
+        if not self.applied:
+            facts.insert(0, self.reason)
+        verdict = "rewritten" if self.applied else "left unchanged"
+        return f"{self.pattern}: {verdict}: " + "; ".join(fact for fact in facts if fact)
+
+    def prediction(self) -> str:
+        """The predicted times, labelled with the profile that made them; a rewritten
+        site predicted slower than the original says so. The remark shows it only when
+        the profile was named: no run presents an unchosen profile's figures."""
+        e = self.estimate
+        text = (f"predicted {e.before_us:.1f} us -> {e.after_us:.1f} us ({e.speedup:.2f}x) "
+                f"on {e.hardware}")
+        if self.applied and e.after_us > e.before_us:
+            text += ": predicted slower than the original"
+        return text
+
+
+@dataclass
+class SiteLog:
+    """Sites seen by every pass of one pipeline run, in order: one record per site
+    (per root op and pass run), even when two sites share a line and shapes."""
+
+    sites: list[Site] = field(default_factory=list)
+    input_name: str | None = None
+
+    def add(self, location: ir.Location, pattern: str, applied: bool, **facts) -> None:
+        dots = tuple(Where.of(dot, self.input_name) for dot in facts.pop("dots", ()))
+        self.sites.append(Site(Where.of(location, self.input_name), pattern, applied,
+                               dots=dots, **facts))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Why a site is rewritten: its predicted times and the rule that decided."""
+
+    estimate: Estimate
+    rule: str
+    rings: int = 1                   # loops the site builds with the estimate's plan
+
+
+def statistics(sites: list[Site]) -> dict[str, dict[str, int]]:
+    """Per pass: sites seen, rewritten, and left unchanged by reason."""
+    table: dict[str, dict[str, int]] = {}
+    for site in sites:
+        row = table.setdefault(site.pattern, {"seen": 0, "rewritten": 0})
+        row["seen"] += 1
+        key = "rewritten" if site.applied else f"skipped: {site.kind}"
+        row[key] = row.get(key, 0) + 1
+    return table
+
+
+@dataclass(frozen=True)
+class Record:
+    """A decision about a site other than the one being settled (a reduce_scatter that a
+    gather's site settles, another scatter of a shared dot): logged as its own Site."""
+
+    location: ir.Location
+    pattern: str
+    applied: bool
+    facts: dict = field(default_factory=dict)
+
+
+@dataclass
+class Match:
+    """A site as a pass's matcher describes it, before any IR is touched: what the
+    shared driver needs to plan, decide and reserve channels, and what the pass's
+    emitter builds (`build`, the pass's own description).
+
+    A composite site (a dot between an all_gather and a reduce_scatter) first lists in
+    `first` the sites to settle before it: the driver settles them through their own
+    pass and matches this site again with their outcomes."""
+
+    detail: str = ""                              # the site, for its remark
+    communicated: ir.RankedTensorType | None = None   # what threshold-mib measures
+    ring: object = None                           # groups.collectives.Ring
+    shape: SiteShape | None = None                # the cost model's view of the site
+    plan_for: Callable[[bool], RingPlan] | None = None  # the plan, one stream or two
+    loops: int = 1                                # rings built with the chosen plan
+    refusal: Unsupported | None = None            # left unchanged whatever the decision
+    dots: list[ir.Location] = field(default_factory=list)   # the dots the rings compute
+    build: object = None                          # the emitter's description
+    others: list[Record] = field(default_factory=list)  # logged after this site, if built
+    first: list[tuple[object, ir.Operation]] = field(default_factory=list)  # (pass, root)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of a site settled before a composite site: `match` and `decision`
+    when it was built, `reason` when it was left unchanged; `skipped` when its pass was
+    None (not to be settled); none of them when it did not match."""
+
+    location: ir.Location
+    match: Match | None = None
+    decision: Decision | None = None
+    reason: Unsupported | None = None
+    skipped: bool = False
