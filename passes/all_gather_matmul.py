@@ -226,6 +226,12 @@ class OverlapAllGatherMatmul(RewritePass):
         super().__post_init__()
         object.__setattr__(self, "scatter_pass", OverlapMatmulReduceScatter(**options))
 
+    def dots_beside(self, op) -> list[ir.Operation]:
+        dim = ir.IntegerAttr(op.attributes["all_gather_dim"]).value
+        users = [use.user for result in op.results
+                 for use in users_through_views(result, dim)[0]]
+        return list({hash(u): u for u in users if u.name == "stablehlo.dot_general"}.values())
+
     def scatters_fed(self, gather: ir.Operation, dots: list[ViewedUse],
                      gathered: list[ir.Value]) -> list[tuple[object, ir.Operation]]:
         """The reduce_scatters these dots feed, each with the pass that settles it first
@@ -266,7 +272,7 @@ class OverlapAllGatherMatmul(RewritePass):
                 reason = outcome.reason
                 pending.append(Record(outcome.location, name, False, dict(
                     reason=str(reason), kind=reason.kind, detail=reason.detail,
-                    estimate=reason.estimate)))
+                    estimate=reason.estimate, dots=reason.dots)))
                 notes.append(f"its dot feeds the reduce_scatter at {where}, which keeps its "
                              f"collective ({reason.kind})")
             elif outcome.skipped:   # the scatter dim is the gathered dim

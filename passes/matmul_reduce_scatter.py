@@ -50,6 +50,10 @@ class OverlapMatmulReduceScatter(RewritePass):
     root = stablehlo.ReduceScatterOp
     summary = "dot_general feeding reduce_scatter(add) -> loop of partial dots + permutes"
 
+    def dots_beside(self, op) -> list[ir.Operation]:
+        dim = ir.IntegerAttr(op.attributes["scatter_dimension"]).value
+        return summed_dots(producer(op.operands[0], dim)[0])[0]
+
     def match(self, op, scan, settled=None) -> Match:
         scatter = op.operation
         scatter_dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value

@@ -190,11 +190,25 @@ class RewritePass:
         replace the site's ops through `rewriter`; new channels from `scan`."""
         raise NotImplementedError
 
+    def dots_beside(self, op) -> list[ir.Operation]:
+        """The dots beside the collective `op` (named in a site left unchanged)."""
+        return []
+
     def settle(self, op, rewriter, scan: ModuleScan, settled_first: list[Record]
                ) -> tuple[Match, Decision]:
         """match -> plan -> decide -> reserve channels -> emit for the site at `op`;
         raises NoMatch or Unsupported before any IR is touched (unless sites it settles
-        first were built: their records go to `settled_first`)."""
+        first were built: their records go to `settled_first`). An Unsupported names
+        the site's dots."""
+        try:
+            return self._settle(op, rewriter, scan, settled_first)
+        except Unsupported as reason:
+            if not reason.dots:
+                reason.dots = [dot.location for dot in self.dots_beside(op.operation)]
+            raise
+
+    def _settle(self, op, rewriter, scan: ModuleScan, settled_first: list[Record]
+                ) -> tuple[Match, Decision]:
         match = self.match(op, scan)
         if match.first:
             outcomes = [self._settle_first(owner, root, rewriter, scan, settled_first)
@@ -211,14 +225,14 @@ class RewritePass:
                                   shape_of(bool(self.bidirectional)), self.profile))
         try:
             decision = self.decide(match.communicated, shape_of, match.detail)
-        except Unsupported as reason:   # below the threshold or not profitable
+            plan = decision.estimate.plan
+            ring = ordered(plan.streams)
+            ring.require_pairs(match.loops * plan.permutes)
+            if ring.uses_channel:
+                scan.require_channels(match.loops * plan.permutes)
+        except Unsupported as reason:   # not worth it, or no pairs or channels left
             reason.dots = match.dots
             raise
-        plan = decision.estimate.plan
-        ring = ordered(plan.streams)
-        ring.require_pairs(match.loops * plan.permutes)
-        if ring.uses_channel:
-            scan.require_channels(match.loops * plan.permutes)
         self.emit(match, plan, ring, rewriter, scan)
         return match, dataclasses.replace(decision, rings=match.loops)
 

@@ -8,24 +8,18 @@ modelled (`overlap_hlo.targets.schedule`). A site is found in the compiled modul
 source location its remark names: the rewrite keeps the collective's location on every
 op it builds, and XLA carries it into the instructions' metadata. A site's time in a
 module is the communication exposed at its location, plus the compute of the
-instructions at its location, plus the matmuls that read its collective's result (or
-produce its operand) when those come from another source line (the original's dot).
+instructions at its location, plus the matmuls beside its collectives (the original's
+dots). XLA may drop a collective's location (a small reduce-scatter becomes an
+all-reduce) but keeps its dots': the positions of the site's dots, which its `Site`
+record names, find it then.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from jaxlib.mlir import ir
-
-from overlap_hlo import api
-from overlap_hlo.ir.locations import describe
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE
 from overlap_hlo.targets import schedule, tpu
 from overlap_hlo.targets.schedule import Analysis, Timing
-
-COLLECTIVE_OPS = ("stablehlo.all_gather", "stablehlo.reduce_scatter", "stablehlo.all_reduce")
-VIEW_OPS = ("stablehlo.transpose", "stablehlo.reshape", "stablehlo.convert",
-            "stablehlo.multiply", "sdy.sharding_constraint")
 
 
 @dataclass
@@ -232,17 +226,15 @@ def build_variants(source, topology: str | tpu.Topology, variants: dict[str, dic
     reports = {}
     for name, options in variants.items():
         options = tpu.tpu_options(options, topo)
-        compiled, sites = tpu.compile_rewritten(original_compiled.module, topo, pipeline,
-                                                input_name=input_name, **options)
+        # The sites' estimates are on the slice's profile also when a threshold decides.
+        compiled, sites = tpu.compile_rewritten(
+            original_compiled.module, topo, pipeline, input_name=input_name,
+            **dict(options, hardware=options.get("hardware") or topo.hardware.name))
         rewritten = analyze_compiled(compiled, timing, timeline, trip_counts)
-        model = _model_estimates(original_compiled.module, pipeline, topo, input_name,
-                                 options)
         by_location: dict[str, list] = {}
         for site in sites:
             by_location.setdefault(site.location, []).append(site)
-        dots = site_dots(original_compiled.module, input_name)
-        rows = [_row(location, group, original, rewritten, model,
-                     dots.get(location, frozenset()), input_name)
+        rows = [_row(location, group, original, rewritten, input_name)
                 for location, group in by_location.items()]
         reports[name] = Report(topo.name, topo.hardware.name, topo.chip.clock_ghz,
                                options, rows,
@@ -257,57 +249,6 @@ def analyze_compiled(compiled: tpu.Compiled, timing: Timing, timeline: bool = Fa
     return schedule.analyze(compiled.hlo_module, timing, timeline=timeline,
                             trip_counts=trip_counts,
                             temp_bytes=compiled.memory.temp_size_in_bytes)
-
-
-def _model_estimates(module, pipeline, topo, input_name, options) -> dict:
-    """location -> the analytic model's Estimate on the slice's profile, for the form
-    the rewrite built (or would build: a site left unchanged has one too)."""
-    given = dict(options, hardware=options.get("hardware") or topo.hardware.name)
-    sites = api.remarks(module, pipeline, input_name=input_name, **given)
-    estimates: dict = {}
-    for site in sites:
-        if site.estimate is not None:
-            estimates.setdefault(site.location, []).append(site.estimate)
-    return estimates
-
-
-def site_dots(module: ir.Module, input_name: str | None) -> dict[str, frozenset[str]]:
-    """Collective location -> locations of the dot_generals beside it in StableHLO
-    (reading a gather's result, producing a scatter's operand, through views). XLA
-    may drop a collective's location when it rewrites it (a small reduce-scatter
-    becomes an all-reduce) but keeps the dot's: the dots find the collective."""
-    found: dict[str, set[str]] = {}
-
-    def visit(op):
-        if op.name in COLLECTIVE_OPS:
-            gathers = op.name == "stablehlo.all_gather"
-            dots = _dots_beside(op, gathers, depth=4)
-            if dots:
-                found.setdefault(describe(op.location, input_name), set()).update(
-                    describe(d.location, input_name) for d in dots)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return {location: frozenset(dots) for location, dots in found.items()}
-
-
-def _dots_beside(op, downstream: bool, depth: int) -> list:
-    """dot_generals reached from `op` through up to `depth` view ops."""
-    if depth == 0:
-        return []
-    if downstream:
-        neighbours = [use.owner for result in op.results for use in result.uses]
-    else:
-        neighbours = [operand.owner for operand in op.operands
-                      if not isinstance(operand.owner, ir.Block)]
-    found = []
-    for other in neighbours:
-        other = other.operation if hasattr(other, "operation") else other
-        if other.name == "stablehlo.dot_general":
-            found.append(other)
-        elif other.name in VIEW_OPS:
-            found += _dots_beside(other, downstream, depth - 1)
-    return found
 
 
 def _hlo_spelling(location: str, hlo_location: str, remark_location: str) -> str:
@@ -359,7 +300,10 @@ def _site_time(analysis: Analysis, location: str, dots: frozenset,
                      analysis.compute_by_category(names))
 
 
-def _row(location, sites, original, rewritten, model, dots, input_name) -> SiteRow:
+def _row(location, sites, original, rewritten, input_name) -> SiteRow:
+    """One site's row; `sites` are its records (one per pass run that met it), which
+    name its dots and carry the analytic model's estimates."""
+    dots = {str(dot) for site in sites for dot in site.dots}
     hlo_location = location
     if input_name:   # HLO metadata spells the parsed input "-"
         spellings = {loc for analysis in (rewritten, original)
@@ -380,7 +324,7 @@ def _row(location, sites, original, rewritten, model, dots, input_name) -> SiteR
                         after.compute_by_category.get(name, 0.0)]
                  for name in schedule.CATEGORIES
                  if name in before.compute_by_category or name in after.compute_by_category}
-    estimates = model.get(location, [])
+    estimates = [site.estimate for site in sites if site.estimate is not None]
     return SiteRow(
         location=location, pattern=sites[0].pattern, applied=all(s.applied for s in sites),
         left_because=", ".join(dict.fromkeys(s.kind or s.reason for s in sites

@@ -246,17 +246,16 @@ def compile_pair(source, topo: Topology | str, pipeline: str = DEFAULT_PIPELINE,
     topo = topology(topo) if isinstance(topo, str) else topo
     original = compile_module(as_module(source), topo)
     rewritten, sites = compile_rewritten(original.module, topo, pipeline,
-                                         input_name=input_name, **options)
+                                         input_name=input_name, **tpu_options(options, topo))
     return CompiledPair(original, rewritten, sites, topo)
 
 
 def compile_rewritten(module: ir.Module, topo: Topology, pipeline: str = DEFAULT_PIPELINE,
                       *, input_name: str | None = None, **options) -> tuple[Compiled, list[Site]]:
-    """A copy of `module` rewritten with `options` (the TPU forms unless another
-    `target` is given), compiled for `topo`, and its sites."""
+    """A copy of `module` rewritten with pass `options` as given (`tpu_options` gives
+    the TPU forms for a slice), compiled for `topo`, and its sites."""
     rewritten = api.parse(api.serialize(module, bytecode=True))
-    sites = api.rewrite_module(rewritten, pipeline, input_name=input_name,
-                               **tpu_options(options, topo))
+    sites = api.rewrite_module(rewritten, pipeline, input_name=input_name, **options)
     return compile_module(rewritten, topo), sites
 
 

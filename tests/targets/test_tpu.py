@@ -257,6 +257,25 @@ def test_cli_flags_a_slower_site_and_says_why(tmp_path, capsys):
     assert all(row[-1] in ("all-gather", "reduce-scatter") for row in rows)
 
 
+def test_cli_lists_unchanged_sites_without_a_python_warning(tmp_path):
+    """A summing ring is left unchanged on TPU: the report's verdict says so, and no
+    SitesLeftUnchanged warning (a Python file path on stderr) is printed too."""
+    mesh = mesh_of("v5e:2x4")
+    fsdp = jax.jit(jax.shard_map(lambda x, w: x @ jax.lax.all_gather(w, "x", tiled=True),
+                                 mesh=mesh, in_specs=(P("x"), P("x")), out_specs=P("x")))
+    args = [jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=NamedSharding(mesh, spec))
+            for shape, spec in [((256, 512), P("x")), ((512, 256), P("x"))]]
+    source = tmp_path / "fsdp.mlir"
+    source.write_text(fsdp.lower(*args).as_text())
+    # A process of its own, as a user runs it: pytest would catch the warning.
+    printed = subprocess.run([sys.executable, "-m", "overlap_hlo.tools.report", str(source),
+                              "--tpu=v5e:2x4", "--threshold-mib=0"],
+                             capture_output=True, text=True, cwd=tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    assert "1 of 1 site(s) left unchanged (summing ring on TPU)" in printed.stdout
+    assert printed.stderr == ""
+
+
 @pytest.mark.parametrize("argv, code, message", [
     (["{src}", "--tpu=v5e:2x2", "--threshold-mib=0"], 1, "written for 8 device"),
     (["{src}", "--tpu=v9x:2x2"], 1, "unknown TPU topology"),
