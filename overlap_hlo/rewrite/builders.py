@@ -57,7 +57,7 @@ def scalar(value: int, dtype=np.int32) -> ir.Value:
     """A scalar integer constant of `dtype` (np.int32 or np.int64)."""
     if _scalars is None:
         return constant_array(np.array(value, dtype=dtype))
-    key = (ir.InsertionPoint.current.block, value, np.dtype(dtype).name)
+    key = (ir.InsertionPoint.current.block, value, dtype)   # np.int32 or np.int64
     if key not in _scalars:
         _scalars[key] = constant_array(np.array(value, dtype=dtype))
     return _scalars[key]
