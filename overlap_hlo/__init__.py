@@ -11,6 +11,7 @@ TPU ahead of time, schedule model, report), tools (the command lines).
 from overlap_hlo.api import (InputError, Overlapped, SitesLeftUnchanged, overlap, parse,
                              remarks, rewrite_exported, rewrite_lowered, rewrite_module,
                              rewrite_source, serialize, unchanged_summary)
+from overlap_hlo.ir.locations import Where
 from overlap_hlo.plan.cost import PROFILES, Estimate, Hardware
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE, PipelineError, registered_passes
 from overlap_hlo.rewrite.rewrite_pass import DEFAULT_THRESHOLD_MIB
@@ -18,7 +19,8 @@ from overlap_hlo.rewrite.site import Site, statistics
 
 __all__ = [
     "DEFAULT_PIPELINE", "DEFAULT_THRESHOLD_MIB", "PROFILES", "Estimate", "Hardware",
-    "InputError", "Overlapped", "PipelineError", "Site", "SitesLeftUnchanged", "overlap",
-    "parse", "registered_passes", "remarks", "rewrite_exported", "rewrite_lowered",
-    "rewrite_module", "rewrite_source", "serialize", "statistics", "unchanged_summary",
+    "InputError", "Overlapped", "PipelineError", "Site", "SitesLeftUnchanged", "Where",
+    "overlap", "parse", "registered_passes", "remarks", "rewrite_exported",
+    "rewrite_lowered", "rewrite_module", "rewrite_source", "serialize", "statistics",
+    "unchanged_summary",
 ]

@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
-from harness import Program, check, partitioner
+from harness import GATHER_MODULE, SCATTER_MODULE, Program, check, partitioner
 from overlap_hlo.tools import overlap_opt
 
 AG = jax.lax.all_gather
@@ -160,3 +160,17 @@ def test_the_form_is_chosen_per_site_unless_given():
     assert one.plan.streams == 1 and one.estimate.after_us > two.estimate.after_us
     assert one.rule == two.rule == "the cost model for tpu-v5e"
     assert one_site(BIG, threshold_mib=0, hardware="tpu-v5e").plan.streams == 1
+
+
+@pytest.mark.parametrize("threshold", [0, 1000], ids=["rewritten", "left-unchanged"])
+def test_sites_carry_their_positions_and_their_dots(threshold):
+    """A site names its collective and its dots by file, line and column, rewritten or
+    left unchanged; its remark line renders them."""
+    for module, collective, dot in [(GATHER_MODULE, 3, 4), (SCATTER_MODULE, 4, 3)]:
+        text = module.format(n=4, full=8, handle=1, group=[0, 1, 2, 3])
+        (site,) = overlap_hlo.remarks(text, threshold_mib=threshold, input_name="m.mlir")
+        assert site.where == overlap_hlo.Where("m.mlir", collective, 10)
+        assert site.dots == (overlap_hlo.Where("m.mlir", dot, 10),)
+        assert site.applied == (threshold == 0)
+        assert site.format() == f"m.mlir:{collective}:10: remark: {site.message()}"
+        assert site.message().startswith(site.pattern + ": ")

@@ -257,6 +257,26 @@ def test_cli_flags_a_slower_site_and_says_why(tmp_path, capsys):
     assert all(row[-1] in ("all-gather", "reduce-scatter") for row in rows)
 
 
+@pytest.mark.parametrize("options", [{}, {"threshold_mib": 1000}],
+                         ids=["rewritten", "left-unchanged"])
+def test_a_scatter_of_a_sum_of_dots_is_found_by_its_dots(options):
+    """On v5p XLA compiles the reduce_scatter of all 8 devices as an all-reduce without
+    a source location: the site's dots (summed before the scatter) find it, so the
+    original's time is counted (it once showed 0 us)."""
+    mesh = mesh_of("v5p:2x2x2")
+    specs = (P(None, "x"), P("x", None), P(None, "x"), P("x", None))
+    body = jax.shard_map(lambda a, b, c, d: jax.lax.psum_scatter(
+        a @ b + c @ d, "x", scatter_dimension=0, tiled=True),
+        mesh=mesh, in_specs=specs, out_specs=P("x"))
+    shapes = [(1024, 512), (512, 256), (1024, 512), (512, 256)]
+    args = [jax.ShapeDtypeStruct(s, jnp.bfloat16, sharding=NamedSharding(mesh, spec))
+            for s, spec in zip(shapes, specs)]
+    (row,) = report.build(jax.jit(body).lower(*args), "v5p:2x2x2", **options).sites
+    assert row.original_collectives == ["all-reduce"]
+    assert row.before_us > row.original_compute_us > 0
+    assert row.applied == (not options)
+
+
 def test_cli_lists_unchanged_sites_without_a_python_warning(tmp_path):
     """A summing ring is left unchanged on TPU: the report's verdict says so, and no
     SitesLeftUnchanged warning (a Python file path on stderr) is printed too."""
