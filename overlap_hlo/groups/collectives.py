@@ -88,8 +88,7 @@ class Ring:
         (`ring_order.ring_load`; taken as 1 without links covering the ids, or for
         rings too large to order, see `in_physical_order`)."""
         n = self.size
-        if (links is None or len(links.coords) != self.num_ids
-                or self.num_ids * n > MAX_RING_PAIRS):
+        if not self._orderable(links) or len(links.coords) != self.num_ids:
             return 1
         return max(1, max(ring_load(links, [self.member(g, p) for p in range(n)], streams)
                           for g in range(len(self.groups))))
@@ -103,13 +102,17 @@ class Ring:
         if links is not None and len(links.coords) != self.num_ids:
             raise Unsupported(f"device-coords places {len(links.coords)} devices but the "
                               f"group's ids run to {self.num_ids}", kind="device-coords")
-        if links is None or self.auto is not None or self.num_ids * self.size > MAX_RING_PAIRS:
+        if not self._orderable(links) or self.auto is not None:
             return self
         orders = [physical_order(links, members, streams) for members in self.groups]
         if all(order is None for order in orders):
             return self
         identity = tuple(range(self.size))
         return dataclasses.replace(self, orders=tuple(order or identity for order in orders))
+
+    def _orderable(self, links: Links | None) -> bool:
+        """Links are given and the visit table of every device fits MAX_RING_PAIRS."""
+        return links is not None and self.num_ids * self.size <= MAX_RING_PAIRS
 
     def require_pairs(self, permutes: int) -> None:
         """Unsupported when `permutes` permutes of this ring would list more than
