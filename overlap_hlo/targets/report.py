@@ -16,7 +16,9 @@ record names, find it then.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
+from overlap_hlo.ir.locations import Where
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE
 from overlap_hlo.targets import schedule, tpu
 from overlap_hlo.targets.schedule import Analysis, Timing
@@ -251,21 +253,13 @@ def analyze_compiled(compiled: tpu.Compiled, timing: Timing, timeline: bool = Fa
                             temp_bytes=compiled.memory.temp_size_in_bytes)
 
 
-def _hlo_spelling(location: str, hlo_location: str, remark_location: str) -> str:
-    """`location` spelled as the HLO spells the input file (see `_located`)."""
-    if hlo_location != remark_location:
-        prefix = remark_location[:remark_location.index(":")]
-        hlo_prefix = hlo_location[:hlo_location.index(":")]
-        if location.startswith(prefix + ":"):
-            return hlo_prefix + location[len(prefix):]
-    return location
-
-
-def _located(analysis_location: str, input_name: str | None) -> str:
-    """An HLO location in the remarks' spelling ("-" is the input file)."""
-    if input_name and analysis_location.startswith(("-:", ":")):
-        return input_name + analysis_location[analysis_location.index(":"):]
-    return analysis_location
+def _at(hlo_location: str, where: Where, input_name: str | None) -> bool:
+    """Whether an HLO location ("file:line:col"; HLO metadata spells the parsed input
+    "-" or "") is the source position `where` of a site or a dot."""
+    file, line, column = (hlo_location.rsplit(":", 2) if hlo_location.count(":") >= 2
+                          else (hlo_location, "", ""))
+    return (f"{line}:{column}" == f"{where.line}:{where.column}"
+            and (file == where.file or (file in ("-", "") and where.file == input_name)))
 
 
 def _where(instr) -> str:
@@ -281,15 +275,15 @@ class _SiteTime:
     compute_by_category: dict
 
 
-def _site_time(analysis: Analysis, location: str, dots: frozenset,
+def _site_time(analysis: Analysis, location: str, at_a_dot: Callable[[str], bool],
                also: tuple = ()) -> _SiteTime:
     """The site's time in one compiled module: its collectives' and permutes' waits,
     the compute at its location, the matmuls beside its collectives and the
     instructions named in `also` (copies the compiler put in its loops, which carry no
     location). A collective without a location belongs to the site when a matmul
-    beside it sits at one of the site's `dots` locations."""
+    beside it sits at one of the site's dots (`at_a_dot` of its HLO location)."""
     collectives = [c for c in analysis.collectives if c.location == location or (
-        not c.location and any(_where(m) in dots for m in analysis.matmuls_beside(c)))]
+        not c.location and any(at_a_dot(_where(m)) for m in analysis.matmuls_beside(c)))]
     exposed = (sum(c.exposed_us for c in collectives)
                + sum(p.exposed_us for p in analysis.permutes_at(location)))
     names = set(analysis.names_by_location.get(location, ())) | set(also)
@@ -303,22 +297,24 @@ def _site_time(analysis: Analysis, location: str, dots: frozenset,
 def _row(location, sites, original, rewritten, input_name) -> SiteRow:
     """One site's row; `sites` are its records (one per pass run that met it), which
     name its dots and carry the analytic model's estimates."""
-    dots = {str(dot) for site in sites for dot in site.dots}
-    hlo_location = location
-    if input_name:   # HLO metadata spells the parsed input "-"
-        spellings = {loc for analysis in (rewritten, original)
-                     for loc in (*analysis.names_by_location,
-                                 *(p.location for p in analysis.permutes),
-                                 *(c.location for c in analysis.collectives))}
-        hlo_location = next((loc for loc in sorted(spellings)
-                             if _located(loc, input_name) == location), location)
+    where = sites[0].where
+    dots = {dot for site in sites for dot in site.dots}
+    spellings = {loc for analysis in (rewritten, original)
+                 for loc in (*analysis.names_by_location,
+                             *(p.location for p in analysis.permutes),
+                             *(c.location for c in analysis.collectives))}
+    hlo_location = next((loc for loc in sorted(spellings) if _at(loc, where, input_name)),
+                        location)
+
+    def at_a_dot(hlo: str) -> bool:
+        return any(_at(hlo, dot, input_name) for dot in dots)
+
     permutes = rewritten.permutes_at(hlo_location)
-    dots = frozenset(_hlo_spelling(d, hlo_location, location) for d in dots)
     loops = [loop for loop in rewritten.loops if loop.location == hlo_location]
     copies = [c for c in rewritten.loop_copies
               if any(loop.body == c.body for loop in loops)]
-    before = _site_time(original, hlo_location, dots)
-    after = _site_time(rewritten, hlo_location, dots,
+    before = _site_time(original, hlo_location, at_a_dot)
+    after = _site_time(rewritten, hlo_location, at_a_dot,
                        also=tuple(c.name for c in copies if c.location != hlo_location))
     breakdown = {name: [before.compute_by_category.get(name, 0.0),
                         after.compute_by_category.get(name, 0.0)]
