@@ -218,6 +218,7 @@ class OverlapAllGatherMatmul(RewritePass):
     name = "overlap-all-gather-matmul"
     root = stablehlo.AllGatherOp
     tpu_unroll = 2   # the carried shard alternates between two buffers, not copied
+    composite_note = "; the dot reads an all_gather whose ring runs inside"
     summary = "all_gather feeding dot_general -> loop of collective_permute + partial dots"
 
     def __post_init__(self):
@@ -265,7 +266,7 @@ class OverlapAllGatherMatmul(RewritePass):
         name = self.scatter_pass.name
         for outcome in settled:
             where = scan.where(outcome.location)
-            if outcome.match is not None:
+            if outcome.built:
                 notes.append(f"its dot is decomposed inside the reduce_scatter ring at {where}")
                 built = True
             elif outcome.reason is not None:
@@ -584,13 +585,12 @@ def consumer_of(use: ViewedUse, gathered: list[ir.Value], block: int,
 
 
 def plan_of(n: int, options: RewritePass, sums: bool = False,
-              bidirectional: bool | None = None) -> RingPlan:
+            bidirectional: bool | None = None) -> RingPlan:
     """The schedule `emit_loop` builds for a group of `n` with these options; `sums`:
     a consumer sums products (a contracting gathered dim)."""
     if bidirectional is None:
         bidirectional = bool(options.bidirectional)
     return RingPlan(GATHER, n, bidirectional, options.unroll, in_loop_sum=sums)
-
 
 
 def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,

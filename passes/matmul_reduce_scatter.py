@@ -207,14 +207,13 @@ def scatter_fed_by(dot: ir.Operation) -> ir.Operation | None:
 def shared_scatters(dot: ir.Operation, scatter: ir.Operation, scan) -> list[Record]:
     """A record for every other reduce_scatter of `dot`'s product: the ring of `scatter`
     computes the dot once and assembles it; a second ring would compute it again."""
-    records = []
+    records, where = [], scan.where(scatter.location)
     for use in dot.results[0].uses:
         user = as_op(use.owner)
         while user.name != "stablehlo.reduce_scatter" and len(user.results) == 1 \
                 and len(list(user.results[0].uses)) == 1 and view_backward(user, 0) is not None:
             user = as_op(next(iter(user.results[0].uses)).owner)
         if user.name == "stablehlo.reduce_scatter" and user != scatter:
-            where = scan.where(scatter.location)
             records.append(Record(user.location, OverlapMatmulReduceScatter.name, False, dict(
                 reason=(f"its dot also feeds the reduce_scatter at {where}, whose ring "
                         "computes the dot once and assembles its product for this one: a ring "
@@ -306,7 +305,7 @@ def sliced_prologues(dots: list[ir.Operation], result_dim: int
 
 
 def plan_of(n: int, options: RewritePass, block: int = 2,
-              bidirectional: bool | None = None) -> RingPlan:
+            bidirectional: bool | None = None) -> RingPlan:
     """The schedule `emit_loop` builds for a group of `n` with these options; `block`:
     the rows of the scattered block (one row cannot be split into two chains). One
     round per loop iteration, whatever `unroll` says: the two chains copy no buffer,
@@ -315,7 +314,6 @@ def plan_of(n: int, options: RewritePass, block: int = 2,
     if bidirectional is None:
         bidirectional = bool(options.bidirectional)
     return RingPlan(SCATTER, n, bidirectional, 1, chains=2 if block >= 2 else 1)
-
 
 
 def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int,

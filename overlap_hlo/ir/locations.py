@@ -43,13 +43,24 @@ class Where:
         flc = file_line_col(location)
         if flc is None:
             return cls(input_name or "<unknown>")
-        name = flc.filename
-        if name in ("-", "") and input_name:
-            name = input_name
-        return cls(name, flc.start_line, flc.start_col)
+        return cls(_input_named(flc.filename, input_name), flc.start_line, flc.start_col)
+
+    @classmethod
+    def parse(cls, text: str, input_name: str | None = None) -> Where:
+        """A position written "file:line:col" (as HLO metadata writes one); text
+        without a line and column is a file alone."""
+        parts = text.rsplit(":", 2)
+        if len(parts) != 3 or not (parts[1].isdigit() and parts[2].isdigit()):
+            return cls(text)
+        return cls(_input_named(parts[0], input_name), int(parts[1]), int(parts[2]))
 
     def __str__(self) -> str:
         return self.file if self.line is None else f"{self.file}:{self.line}:{self.column}"
+
+
+def _input_named(name: str, input_name: str | None) -> str:
+    """A file name, the parser's "-" (or "") for its input renamed `input_name`."""
+    return input_name if name in ("-", "") and input_name else name
 
 
 def describe(loc: ir.Location, input_name: str | None = None) -> str:

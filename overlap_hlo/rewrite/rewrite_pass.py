@@ -114,6 +114,7 @@ class RewritePass:
     root: ClassVar[type] = object
     summary: ClassVar[str] = ""
     tpu_unroll: ClassVar[int] = 1    # the unroll of the TPU forms
+    composite_note: ClassVar[str] = ""   # ends the detail of a site settled first
 
     def __post_init__(self):
         try:
@@ -219,26 +220,26 @@ class RewritePass:
         def shape_of(bidirectional: bool) -> SiteShape:
             return self.planned(match.shape, ordered, match.plan_for(bidirectional))
 
-        if match.refusal is not None:
-            raise Unsupported(str(match.refusal), kind=match.refusal.kind,
-                              detail=match.detail, dots=match.dots, estimate=cost.estimate(
-                                  shape_of(bool(self.bidirectional)), self.profile))
         try:
+            if match.refusal is not None:
+                raise Unsupported(str(match.refusal), kind=match.refusal.kind,
+                                  detail=match.detail, estimate=cost.estimate(
+                                      shape_of(bool(self.bidirectional)), self.profile))
             decision = self.decide(match.communicated, shape_of, match.detail)
             plan = decision.estimate.plan
             ring = ordered(plan.streams)
             ring.require_pairs(match.loops * plan.permutes)
             if ring.uses_channel:
                 scan.require_channels(match.loops * plan.permutes)
-        except Unsupported as reason:   # not worth it, or no pairs or channels left
+        except Unsupported as reason:   # refused, not worth it, or no pairs or channels left
             reason.dots = match.dots
             raise
         self.emit(match, plan, ring, rewriter, scan)
         return match, dataclasses.replace(decision, rings=match.loops)
 
-    @staticmethod
-    def _settle_first(owner, root, rewriter, scan, records: list[Record]) -> Outcome:
-        """Settle `root` with pass `owner` (None: leave it) before a composite site."""
+    def _settle_first(self, owner, root, rewriter, scan, records: list[Record]) -> Outcome:
+        """Settle `root` with pass `owner` (None: leave it) before this composite site;
+        its record's detail ends with this pass's `composite_note`."""
         location = root.location   # read before the rewrite erases `root`
         if owner is None:
             return Outcome(location, skipped=True)
@@ -250,11 +251,10 @@ class RewritePass:
         except Unsupported as reason:
             return Outcome(location, reason=reason)
         records.append(Record(location, owner.name, True, dict(
-            detail=match.detail + "; the dot reads an all_gather whose ring runs inside",
-            estimate=decision.estimate, rule=decision.rule, rings=decision.rings,
-            dots=match.dots)))
+            detail=match.detail + self.composite_note, estimate=decision.estimate,
+            rule=decision.rule, rings=decision.rings, dots=match.dots)))
         records.extend(match.others)
-        return Outcome(location, match, decision)
+        return Outcome(location, built=True)
 
     def run(self, module_op: ir.Operation, log: SiteLog) -> None:
         """Apply this pass's pattern to `module_op` with MLIR's greedy driver.

@@ -139,12 +139,11 @@ class Match:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What became of a site settled before a composite site: `match` and `decision`
-    when it was built, `reason` when it was left unchanged; `skipped` when its pass was
-    None (not to be settled); none of them when it did not match."""
+    """What became of a site settled before a composite site: `built`, or left
+    unchanged for `reason`; `skipped` when its pass was None (not to be settled);
+    none of them when it did not match."""
 
     location: ir.Location
-    match: Match | None = None
-    decision: Decision | None = None
+    built: bool = False
     reason: Unsupported | None = None
     skipped: bool = False

@@ -256,10 +256,7 @@ def analyze_compiled(compiled: tpu.Compiled, timing: Timing, timeline: bool = Fa
 def _at(hlo_location: str, where: Where, input_name: str | None) -> bool:
     """Whether an HLO location ("file:line:col"; HLO metadata spells the parsed input
     "-" or "") is the source position `where` of a site or a dot."""
-    file, line, column = (hlo_location.rsplit(":", 2) if hlo_location.count(":") >= 2
-                          else (hlo_location, "", ""))
-    return (f"{line}:{column}" == f"{where.line}:{where.column}"
-            and (file == where.file or (file in ("-", "") and where.file == input_name)))
+    return where.line is not None and Where.parse(hlo_location, input_name) == where
 
 
 def _where(instr) -> str:
