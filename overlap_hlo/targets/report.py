@@ -15,9 +15,12 @@ record names, find it then.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
+from jaxlib.mlir import ir
+
+from overlap_hlo import api
 from overlap_hlo.ir.locations import Where
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE
 from overlap_hlo.targets import schedule, tpu
@@ -80,6 +83,23 @@ class SiteRow:
 
 SLOWER_TOLERANCE = 0.005   # a site within 0.5% of the original is not called slower
 
+# When the slice's profile decides (no threshold-mib, no form given), the report compiles
+# these option sets and keeps the module whose schedule is predicted fastest, or the
+# original when none is faster: the cost model prices sites one at a time, the compiled
+# schedule sees what they do to each other (a weight no longer prefetched into fast
+# memory beside a ring). The first is the cost model's own choice: its sites' records
+# say what was decided when the original is kept.
+CANDIDATES = {"per site": {},
+              "every site, two streams": {"threshold_mib": 0, "bidirectional": True},
+              "every site, one stream": {"threshold_mib": 0, "bidirectional": False}}
+ORIGINAL = "the original"
+KEPT = "slower in the compiled schedule"    # the kind of a site the check left unchanged
+
+
+def profile_decides(options: dict) -> bool:
+    """Whether the cost model decides each site and its form (tpu_options given)."""
+    return options.get("threshold_mib") is None and options.get("bidirectional") is None
+
 
 @dataclass
 class Report:
@@ -92,6 +112,9 @@ class Report:
     rewritten: Analysis
     original_temp_bytes: int
     rewritten_temp_bytes: int
+    module: ir.Module | None = None     # the rewritten module, as compiled
+    chosen: str = ""                    # the candidate kept, when the schedule chose
+    candidates: dict[str, float] = field(default_factory=dict)   # name -> predicted us
 
     @property
     def original_us(self) -> float:
@@ -134,6 +157,7 @@ class Report:
             "loop_copies": [asdict(c) for c in self.rewritten.loop_copies],
             "original_temp_bytes": self.original_temp_bytes,
             "rewritten_temp_bytes": self.rewritten_temp_bytes,
+            "chosen": self.chosen, "candidates": self.candidates,
         }
 
     @property
@@ -174,6 +198,10 @@ class Report:
                      + "; "
                      f"{self.topology} ({self.hardware} links, compiler cycles at "
                      f"{self.clock_ghz:g} GHz)")
+        if self.chosen:
+            tried = ", ".join(f"{name} {us:.1f} us" for name, us in self.candidates.items())
+            lines.append(f"chosen by the compiled schedule: {self.chosen} (candidates: "
+                         f"{tried}; the original {self.original_us:.1f} us)")
         unknown = [loop.name for a in (self.original, self.rewritten) for loop in a.loops
                    if loop.trip_count is None]
         if unknown:
@@ -208,11 +236,20 @@ def build(source, topology: str | tpu.Topology, pipeline: str = DEFAULT_PIPELINE
           input_name: str | None = None, timeline: bool = False,
           trip_counts: schedule.TripCounts = schedule.trip_count, **options) -> Report:
     """Compile `source` for `topology`, original and rewritten with `options`, and report
-    every site. Raises tpu.TpuError subclasses when it cannot compile. `trip_counts`
-    reads a loop's iterations (by default from the compiled loop itself)."""
+    every site. When the slice's profile decides, the module kept is the CANDIDATES'
+    fastest in the compiled schedule, or the original. Raises tpu.TpuError subclasses
+    when it cannot compile. `trip_counts` reads a loop's iterations (by default from
+    the compiled loop itself)."""
     return build_variants(source, topology, {"rewritten": options}, pipeline,
                           input_name=input_name, timeline=timeline,
                           trip_counts=trip_counts)["rewritten"]
+
+
+@dataclass
+class _Candidate:
+    module: ir.Module
+    sites: list
+    analysis: Analysis
 
 
 def build_variants(source, topology: str | tpu.Topology, variants: dict[str, dict],
@@ -220,29 +257,61 @@ def build_variants(source, topology: str | tpu.Topology, variants: dict[str, dic
                    timeline: bool = False,
                    trip_counts: schedule.TripCounts = schedule.trip_count) -> dict[str, Report]:
     """One report per option set in `variants` (name -> options), the original
-    compiled once."""
+    compiled once and each distinct rewritten module once."""
     topo = tpu.topology(topology) if isinstance(topology, str) else topology
     timing = Timing(topo.hardware, topo.chip.clock_ghz, topo.device_count, topo.links)
     original_compiled = tpu.compile_module(tpu.as_module(source), topo)
     original = analyze_compiled(original_compiled, timing, timeline, trip_counts)
+    analyses = {api.serialize(original_compiled.module, bytecode=True): original}
+
+    def rewritten(options: dict) -> _Candidate:
+        # The sites' estimates are on the slice's profile also when a threshold decides.
+        module, sites = tpu.rewrite(
+            original_compiled.module, pipeline, input_name=input_name,
+            **dict(options, hardware=options.get("hardware") or topo.hardware.name))
+        key = api.serialize(module, bytecode=True)
+        if key not in analyses:
+            analyses[key] = analyze_compiled(tpu.compile_module(module, topo), timing,
+                                             timeline, trip_counts)
+        return _Candidate(module, sites, analyses[key])
+
     reports = {}
     for name, options in variants.items():
         options = tpu.tpu_options(options, topo)
-        # The sites' estimates are on the slice's profile also when a threshold decides.
-        compiled, sites = tpu.compile_rewritten(
-            original_compiled.module, topo, pipeline, input_name=input_name,
-            **dict(options, hardware=options.get("hardware") or topo.hardware.name))
-        rewritten = analyze_compiled(compiled, timing, timeline, trip_counts)
+        chosen, candidates = "", {}
+        if profile_decides(options):
+            tried = {label: rewritten(dict(options, **extra))
+                     for label, extra in CANDIDATES.items()}
+            candidates = {label: c.analysis.total_us for label, c in tried.items()}
+            chosen = min(tried, key=candidates.__getitem__)
+            result = tried[chosen]
+            if result.analysis.total_us >= original.total_us * (1 - SLOWER_TOLERANCE):
+                chosen = ORIGINAL
+                result = _Candidate(original_compiled.module,
+                                    [_kept(site, min(candidates.values()), original.total_us)
+                                     for site in next(iter(tried.values())).sites],
+                                    original)
+        else:
+            result = rewritten(options)
         by_location: dict[str, list] = {}
-        for site in sites:
+        for site in result.sites:
             by_location.setdefault(site.location, []).append(site)
-        rows = [_row(location, group, original, rewritten, input_name)
+        rows = [_row(location, group, original, result.analysis, input_name)
                 for location, group in by_location.items()]
         reports[name] = Report(topo.name, topo.hardware.name, topo.chip.clock_ghz,
-                               options, rows,
-                               original, rewritten, original.temp_bytes,
-                               rewritten.temp_bytes)
+                               options, rows, original, result.analysis,
+                               original.temp_bytes, result.analysis.temp_bytes,
+                               result.module, chosen, candidates)
     return reports
+
+
+def _kept(site, best_us: float, original_us: float):
+    """A rewritten site of a module the check did not keep, as left unchanged."""
+    if not site.applied:
+        return site
+    return replace(site, applied=False, kind=KEPT, rule="",
+                   reason=f"{KEPT}: no candidate is faster than the original "
+                          f"({best_us:.1f} us against {original_us:.1f} us)")
 
 
 def analyze_compiled(compiled: tpu.Compiled, timing: Timing, timeline: bool = False,

@@ -254,9 +254,16 @@ def compile_rewritten(module: ir.Module, topo: Topology, pipeline: str = DEFAULT
                       *, input_name: str | None = None, **options) -> tuple[Compiled, list[Site]]:
     """A copy of `module` rewritten with pass `options` as given (`tpu_options` gives
     the TPU forms for a slice), compiled for `topo`, and its sites."""
-    rewritten = api.parse(api.serialize(module, bytecode=True))
-    sites = api.rewrite_module(rewritten, pipeline, input_name=input_name, **options)
+    rewritten, sites = rewrite(module, pipeline, input_name=input_name, **options)
     return compile_module(rewritten, topo), sites
+
+
+def rewrite(module: ir.Module, pipeline: str = DEFAULT_PIPELINE, *,
+            input_name: str | None = None, **options) -> tuple[ir.Module, list[Site]]:
+    """A copy of `module` rewritten with pass `options` as given, and its sites."""
+    rewritten = api.parse(api.serialize(module, bytecode=True))
+    return rewritten, api.rewrite_module(rewritten, pipeline, input_name=input_name,
+                                         **options)
 
 
 def tpu_options(options: dict, topo: Topology) -> dict:

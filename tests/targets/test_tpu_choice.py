@@ -1,0 +1,67 @@
+"""The report's compile-checked choice: with the slice's profile deciding, the module
+kept is the candidate the compiled schedule predicts fastest, or the original when
+none is faster. Ratios of the compiler's estimates only; no timings."""
+import json
+
+import pytest
+
+from harness import ROOT, permutes, require_libtpu  # noqa: E402
+
+require_libtpu()
+
+from test_tpu import lowered_mlp  # noqa: E402
+
+import overlap_hlo  # noqa: E402
+from overlap_hlo.targets import report  # noqa: E402
+from overlap_hlo.tools import report as report_cli  # noqa: E402
+
+EXAMPLE = ROOT / "examples" / "tp_mlp.mlir"     # small: every rewrite is slower on TPU
+
+
+@pytest.mark.parametrize("topology", ["v5p:2x2x2", "v5e:2x4"])
+def test_the_fastest_candidate_is_kept_and_never_slower_than_the_original(topology):
+    rep = report.build(lowered_mlp(topology), topology)
+    assert list(rep.candidates) == list(report.CANDIDATES)
+    assert len(set(rep.candidates.values())) > 1        # the candidates differ
+    best = min(rep.candidates, key=rep.candidates.get)
+    if rep.candidates[best] < rep.original_us * (1 - report.SLOWER_TOLERANCE):
+        assert rep.chosen == best and rep.rewritten_us == rep.candidates[best]
+        assert permutes(rep.module) and any(row.applied for row in rep.sites)
+    else:
+        assert rep.chosen == report.ORIGINAL
+        assert rep.rewritten is rep.original and not permutes(rep.module)
+    assert rep.chosen != report.ORIGINAL or topology != "v5p:2x2x2"   # a rewrite pays
+    assert rep.rewritten_us <= rep.original_us
+    assert f"chosen by the compiled schedule: {rep.chosen} (candidates: " in rep.format()
+
+
+def test_the_original_is_kept_when_every_candidate_is_slower(monkeypatch):
+    """Rewritten whatever the model says (threshold 0), the small example is slower on
+    TPU: the report keeps the original and says why for each site."""
+    monkeypatch.setattr(report, "CANDIDATES", {"every site": {"threshold_mib": 0}})
+    rep = report.build(EXAMPLE.read_text(), "v5e:2x4")
+    assert rep.candidates["every site"] > rep.original_us
+    assert rep.chosen == report.ORIGINAL
+    assert rep.rewritten is rep.original and not permutes(rep.module)
+    assert rep.sites and all(not row.applied and row.left_because == report.KEPT
+                             and row.after_us == row.before_us for row in rep.sites)
+    verdict = rep.verdict()
+    assert "predicted no faster" in verdict and f"({report.KEPT})" in verdict
+
+
+def test_a_threshold_or_a_form_given_is_built_as_asked():
+    """No check: a threshold decides by size, a form given is the one built."""
+    rep = report.build(EXAMPLE.read_text(), "v5e:2x4", threshold_mib=0)
+    assert rep.chosen == "" and rep.candidates == {}
+    assert permutes(rep.module) and rep.rewritten_us > rep.original_us   # as asked
+    rep = report.build(EXAMPLE.read_text(), "v5e:2x4", bidirectional=True)
+    assert rep.chosen == "" and rep.candidates == {}
+
+
+def test_cli_json_names_the_choice(tmp_path):
+    out = tmp_path / "report.json"
+    assert report_cli.main([str(EXAMPLE), "--tpu=v5e:2x4", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["chosen"] == report.ORIGINAL
+    assert set(data["candidates"]) == set(report.CANDIDATES)
+    assert data["rewritten_us"] == data["original_us"]
