@@ -1,16 +1,20 @@
-"""overlap-report: compile a module for a TPU slice before and after the rewrite and
-report, per site, what the TPU compiler's schedule overlaps.
+"""overlap-report: compile a module for a TPU slice or NVIDIA GPUs before and after the
+rewrite and report, per site, what the compiler's schedule overlaps.
 
-    overlap-report IN --tpu=v5e:2x4 [--bidirectional] [--unroll=U] [--threshold-mib=F] [--f32-sums]
+    overlap-report IN (--tpu=v5e:2x4 | --gpu=h100:8) [--bidirectional] [--unroll=U]
+                   [--threshold-mib=F] [--f32-sums]
                    [--target=tpu|gpu|cpu]   (default: the TPU forms)
                    [--hardware=NAME] [--pass-pipeline=P] [--json OUT] [--timeline OUT.svg]
+                   [-o OUT.mlir]
 
-Needs libtpu (pip install 'overlap-hlo[tpu]'); --timeline needs matplotlib (the `bench`
-extra). Input and output as for overlap-opt (tools/cli.py): MLIR text (a UTF-8 byte
+--tpu needs libtpu (pip install 'overlap-hlo[tpu]'); --gpu needs JAX's CUDA plugin
+(python -m overlap_hlo.targets.gpu_plugin install); --timeline needs matplotlib (the
+`bench` extra). Input and output as for overlap-opt (tools/cli.py): MLIR text (a UTF-8 byte
 order mark is ignored), bytecode or a portable artifact, at most cli.MAX_INPUT_BYTES;
---json and --timeline are checked before any compile work and replaced atomically.
-Exit status: 0 success; 1 failure (unreadable input, libtpu missing, the module does
-not fit the slice or does not compile, an output not writable); 2 usage error. Killed
+--json, --timeline and -o (the module the report kept, MLIR text with locations) are
+checked before any compile work and replaced atomically.
+Exit status: 0 success; 1 failure (unreadable input, libtpu or the CUDA plugin
+missing, the module does not fit the slice or does not compile, an output not writable); 2 usage error. Killed
 by SIGINT, SIGTERM or SIGHUP it says so in one line, deletes its temporary output file
 and dies of that signal.
 """
@@ -48,7 +52,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG, allow_abbrev=False,
-        description="Compile a StableHLO module for a TPU slice, original and rewritten, "
+        description="Compile a StableHLO module for a TPU slice or NVIDIA GPUs, original "
+                    "and rewritten, "
                     "and report per site the permutes the schedule overlaps, exposed "
                     "communication and predicted times.",
         epilog="Exit status: 0 success, 1 failure, 2 usage error. Interrupted by SIGINT, "
@@ -58,13 +63,22 @@ def build_parser() -> argparse.ArgumentParser:
                         help="MLIR text, bytecode or StableHLO portable artifact (at most "
                              f"{cli.MAX_INPUT_BYTES >> 30} GiB); '-' (the default) reads "
                              "stdin")
-    parser.add_argument("--tpu", required=True, metavar="TOPOLOGY",
-                        help="TPU slice to compile for, e.g. v5e:2x4, v5p:2x2x2, v6e:2x4, "
-                             "v4:2x2x1")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--tpu", metavar="TOPOLOGY",
+                       help="TPU slice to compile for, e.g. v5e:2x4, v5p:2x2x2, v6e:2x4, "
+                            "v4:2x2x1")
+    where.add_argument("--gpu", metavar="TARGET",
+                       help="NVIDIA GPUs to compile for: MODEL:DEVICES or "
+                            "MODEL:HOSTSxDEVICES, MODEL h100, h200 or b200, e.g. h100:8, "
+                            "h100:2x8 (times: kernels priced by the analytic model)")
     parser.add_argument("--pass-pipeline", default=overlap_hlo.DEFAULT_PIPELINE,
                         metavar="PIPELINE", help="as for overlap-opt (default: %(default)s)")
     cli.add_pass_flags(parser)
     parser.add_argument("--json", metavar="OUT", help="write the report as JSON")
+    parser.add_argument("-o", dest="output", metavar="OUT.mlir",
+                        help="write the module the report kept (the rewritten one, or "
+                             "the original when the compiled schedule chose it) as MLIR "
+                             "text with locations")
     parser.add_argument("--timeline", metavar="OUT.svg|OUT.png",
                         help="draw the modelled schedules, before and after (needs "
                              "matplotlib)")
@@ -91,12 +105,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from overlap_hlo.targets import report, tpu
+    from overlap_hlo.targets import aot, gpu, report
 
     options = cli.pass_flags(args)
     _check_pipeline(args.pass_pipeline, options)
     cli.check_stdout()   # the report itself
-    for path in (args.json, args.timeline):
+    for path in (args.json, args.timeline, args.output):
         if path is not None:
             cli.check_output_path(path)
     if args.timeline is not None:
@@ -109,9 +123,9 @@ def run(args: argparse.Namespace) -> int:
             warnings.simplefilter("ignore", overlap_hlo.SitesLeftUnchanged)
             # Off the main thread, which stays free to handle signals during the compile.
             rep = on_large_stack(lambda: report.build(
-                module, args.tpu, args.pass_pipeline, input_name=input_name,
-                timeline=args.timeline is not None, **options))
-    except tpu.TpuError as err:
+                module, gpu.target(args.gpu) if args.gpu else args.tpu, args.pass_pipeline,
+                input_name=input_name, timeline=args.timeline is not None, **options))
+    except aot.TargetError as err:
         raise CliError(_one_line(err)) from None
     except ir.MLIRError as err:
         raise CliError(_mlir_error(err, input_name)) from None
@@ -119,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         payload = json.dumps({"input": input_name, **rep.to_json()}, indent=1) + "\n"
         cli.write_file(args.json, payload.encode("utf-8"))
+    if args.output is not None:
+        text = on_large_stack(lambda: rep.module.operation.get_asm(enable_debug_info=True))
+        cli.write_file(args.output, text.encode("utf-8"))
     if args.timeline is not None:
         from overlap_hlo.targets import schedule_plot
 

@@ -65,3 +65,16 @@ def test_cli_json_names_the_choice(tmp_path):
     assert data["chosen"] == report.ORIGINAL
     assert set(data["candidates"]) == set(report.CANDIDATES)
     assert data["rewritten_us"] == data["original_us"]
+
+
+def test_cli_writes_the_module_it_kept(tmp_path):
+    """-o writes the module kept: here the original (every candidate is slower), which
+    still parses and has its collectives; with a threshold, the rewritten one."""
+    kept, rewritten = tmp_path / "kept.mlir", tmp_path / "rewritten.mlir"
+    assert report_cli.main([str(EXAMPLE), "--tpu=v5e:2x4", "-o", str(kept)]) == 0
+    assert report_cli.main([str(EXAMPLE), "--tpu=v5e:2x4", "--threshold-mib=0",
+                            "-o", str(rewritten)]) == 0
+    module = overlap_hlo.parse(kept.read_text())
+    assert not permutes(module) and "stablehlo.all_gather" in kept.read_text()
+    assert permutes(overlap_hlo.parse(rewritten.read_text()))
+    assert "loc(" in rewritten.read_text()       # locations kept, for overlap-report again
