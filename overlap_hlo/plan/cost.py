@@ -253,6 +253,11 @@ PROFILES: dict[str, Hardware] = {p.name: p for p in [
              link_gbps=450, hbm_gbps=4800, **_GPU,
              source="NVIDIA H200 datasheet (SXM, dense): 989 TFLOP/s bf16/fp16, 494 tf32, "
                     "1979 fp8; HBM3e 4800 GB/s; NVLink 900 GB/s total = 450 GB/s per direction"),
+    Hardware("b200", {"bf16": 2250, "f16": 2250, "f32": 1100, "f8": 4500, "int8": 4500},
+             link_gbps=900, hbm_gbps=8000, **_GPU,
+             source="NVIDIA HGX B200 datasheet (per GPU, dense): 2250 TFLOP/s bf16/fp16, "
+                    "1100 tf32, 4500 fp8/int8; HBM3e 8000 GB/s; NVLink 5 1800 GB/s total = "
+                    "900 GB/s per direction"),
     Hardware("a100", {"bf16": 312, "f16": 312, "f32": 156, "int8": 624}, link_gbps=300,
              hbm_gbps=2039, **_GPU,
              source="NVIDIA A100 datasheet (SXM 80GB, dense): 312 TFLOP/s bf16/fp16, 156 tf32, "

@@ -126,6 +126,8 @@ class Instruction:
     comparison: str                     # compare direction ("LT", ...)
     pairs: tuple[tuple[int, int], ...]  # collective-permute source_target_pairs
     group_size: int                     # replica group size of a collective, 0 if none
+    contracting: tuple[int, ...] = ()   # a dot's lhs contracting dimensions
+    custom_call_target: str = ""
 
     def config(self) -> dict:
         """The backend config as JSON (what TPU instructions carry), {} otherwise."""
@@ -237,7 +239,9 @@ def _instruction(data: bytes, frames: dict[int, SourceLocation]) -> Instruction:
         operand_ids=tuple(_ints(f.get(36, []))), called_ids=tuple(_ints(f.get(38, []))),
         op_name=_text(meta, 2), location=location, backend_config=_one(f, 43, b""),
         literal=tuple(values), tuple_index=_one(f, 13, 0), comparison=_text(f, 63),
-        pairs=pairs, group_size=_group_size(f))
+        pairs=pairs, group_size=_group_size(f),
+        contracting=tuple(_ints(_fields(_one(f, 30, b"")).get(1, []))),
+        custom_call_target=_text(f, 28))
 
 
 def _group_size(f: dict) -> int:

@@ -1,10 +1,12 @@
-"""Per-site report of a module compiled for a TPU slice, before and after the rewrite.
+"""Per-site report of a module compiled for a TPU slice or a GPU target, before and after
+the rewrite.
 
     rep = overlap_hlo.targets.report.build("model.mlir text", "v5e:2x4", bidirectional=True)
     print(rep.format()); json.dump(rep.to_json(), f)
 
-Both modules are compiled ahead of time (`overlap_hlo.targets.tpu`) and their schedules
-modelled (`overlap_hlo.targets.schedule`). A site is found in the compiled module by the
+Both modules are compiled ahead of time (`overlap_hlo.targets.tpu`, `.gpu`) and their
+schedules modelled (`overlap_hlo.targets.schedule`; on GPU with kernels priced by the
+analytic model, `gpu_timing`). A site is found in the compiled module by the
 source location its remark names: the rewrite keeps the collective's location on every
 op it builds, and XLA carries it into the instructions' metadata. A site's time in a
 module is the communication exposed at its location, plus the compute of the
@@ -23,7 +25,8 @@ from jaxlib.mlir import ir
 from overlap_hlo import api
 from overlap_hlo.ir.locations import Where
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE
-from overlap_hlo.targets import schedule, tpu
+from overlap_hlo.targets import aot, gpu, schedule, tpu
+from overlap_hlo.targets.gpu_timing import GpuTiming
 from overlap_hlo.targets.schedule import Analysis, Timing
 
 
@@ -54,6 +57,7 @@ class SiteRow:
     model_before_us: float | None = None   # the analytic cost model (overlap_hlo.plan.cost)
     model_after_us: float | None = None
     permute_details: list[dict] = field(default_factory=list)
+    synchronous: int = 0            # permutes scheduled as one synchronous instruction
 
     @property
     def speedup(self) -> float:
@@ -115,6 +119,8 @@ class Report:
     module: ir.Module | None = None     # the rewritten module, as compiled
     chosen: str = ""                    # the candidate kept, when the schedule chose
     candidates: dict[str, float] = field(default_factory=dict)   # name -> predicted us
+    platform: str = "TPU"
+    times: str = ""     # where compute times come from (default: the compiler's cycles)
 
     @property
     def original_us(self) -> float:
@@ -136,6 +142,14 @@ class Report:
     def overlapped(self) -> int:
         return sum(p.overlapped for p in self.rewritten.permutes)
 
+    @property
+    def synchronous(self) -> int:
+        return sum(p.synchronous for p in self.rewritten.permutes)
+
+    @property
+    def times_from(self) -> str:
+        return self.times or f"compiler cycles at {self.clock_ghz:g} GHz"
+
     def to_json(self) -> dict:
         return {
             "topology": self.topology, "hardware": self.hardware,
@@ -150,6 +164,8 @@ class Report:
             "original_exposed_us": self.original.exposed_us,
             "rewritten_exposed_us": self.rewritten.exposed_us,
             "permutes": self.permutes, "overlapped": self.overlapped,
+            "synchronous": self.synchronous, "platform": self.platform,
+            "times": self.times_from,
             "collectives_left": [
                 {"name": c.name, "opcode": c.opcode, "location": c.location}
                 for c in self.rewritten.collectives],
@@ -170,13 +186,15 @@ class Report:
         rows = []
         for row in self.sites:
             rows.append([row.location, row.pattern.removeprefix("overlap-"),
-                         f"{row.overlapped}/{row.permutes}",
+                         f"{row.overlapped}/{row.permutes}"
+                         + (f", {row.synchronous} sync" if row.synchronous else ""),
                          f"{row.original_exposed_us:.1f} -> {row.exposed_us:.1f}",
                          f"{row.original_compute_us:.1f} -> {row.rewritten_compute_us:.1f}",
                          f"{row.before_us:.1f}", f"{row.after_us:.1f}",
                          f"{row.speedup:.2f}x" + (" SLOWER" if row.slower else ""),
                          ", ".join(row.collectives_left) or "-"])
-        rows.append(["total", "", f"{self.overlapped}/{self.permutes}",
+        rows.append(["total", "", f"{self.overlapped}/{self.permutes}"
+                     + (f", {self.synchronous} sync" if self.synchronous else ""),
                      f"{self.original.exposed_us:.1f} -> {self.rewritten.exposed_us:.1f}",
                      f"{self.original.compute_us:.1f} -> {self.rewritten.compute_us:.1f}",
                      f"{self.original_us:.1f}", f"{self.rewritten_us:.1f}",
@@ -189,15 +207,14 @@ class Report:
                 lines.append(f"{row.location}: predicted slower ({row.before_us:.1f} -> "
                              f"{row.after_us:.1f} us): {row.why_slower() or 'see --json'}")
         mib = 2 ** 20
-        lines.append(f"TPU temporaries: {self.original_temp_bytes / mib:.1f} MiB -> "
+        lines.append(f"{self.platform} temporaries: {self.original_temp_bytes / mib:.1f} MiB -> "
                      f"{self.rewritten_temp_bytes / mib:.1f} MiB; "
                      f"{len(self.rewritten.loop_copies)} loop-carried copies in loop bodies"
                      + (" (a buffer shifted an odd number of times per iteration is "
                         "copied; with --unroll=2 it alternates between two)"
                         if self.rewritten.loop_copies else "")
                      + "; "
-                     f"{self.topology} ({self.hardware} links, compiler cycles at "
-                     f"{self.clock_ghz:g} GHz)")
+                     f"{self.topology} ({self.hardware} links, {self.times_from})")
         if self.chosen:
             tried = ", ".join(f"{name} {us:.1f} us" for name, us in self.candidates.items())
             lines.append(f"chosen by the compiled schedule: {self.chosen} (candidates: "
@@ -252,32 +269,33 @@ class _Candidate:
     analysis: Analysis
 
 
-def build_variants(source, topology: str | tpu.Topology, variants: dict[str, dict],
+def build_variants(source, topology: str | tpu.Topology | gpu.Target, variants: dict[str, dict],
                    pipeline: str = DEFAULT_PIPELINE, *, input_name: str | None = None,
                    timeline: bool = False,
                    trip_counts: schedule.TripCounts = schedule.trip_count) -> dict[str, Report]:
     """One report per option set in `variants` (name -> options), the original
     compiled once and each distinct rewritten module once."""
     topo = tpu.topology(topology) if isinstance(topology, str) else topology
-    timing = Timing(topo.hardware, topo.chip.clock_ghz, topo.device_count, topo.links)
-    original_compiled = tpu.compile_module(tpu.as_module(source), topo)
+    kind = _Kind.of(topo)
+    timing = kind.timing
+    original_compiled = kind.compile(aot.as_module(source))
     original = analyze_compiled(original_compiled, timing, timeline, trip_counts)
     analyses = {api.serialize(original_compiled.module, bytecode=True): original}
 
     def rewritten(options: dict) -> _Candidate:
         # The sites' estimates are on the slice's profile also when a threshold decides.
-        module, sites = tpu.rewrite(
+        module, sites = aot.rewrite(
             original_compiled.module, pipeline, input_name=input_name,
             **dict(options, hardware=options.get("hardware") or topo.hardware.name))
         key = api.serialize(module, bytecode=True)
         if key not in analyses:
-            analyses[key] = analyze_compiled(tpu.compile_module(module, topo), timing,
+            analyses[key] = analyze_compiled(kind.compile(module), timing,
                                              timeline, trip_counts)
         return _Candidate(module, sites, analyses[key])
 
     reports = {}
     for name, options in variants.items():
-        options = tpu.tpu_options(options, topo)
+        options = kind.options(options)
         chosen, candidates = "", {}
         if profile_decides(options):
             tried = {label: rewritten(dict(options, **extra))
@@ -298,10 +316,10 @@ def build_variants(source, topology: str | tpu.Topology, variants: dict[str, dic
             by_location.setdefault(site.location, []).append(site)
         rows = [_row(location, group, original, result.analysis, input_name)
                 for location, group in by_location.items()]
-        reports[name] = Report(topo.name, topo.hardware.name, topo.chip.clock_ghz,
+        reports[name] = Report(topo.name, timing.hardware.name, timing.clock_ghz,
                                options, rows, original, result.analysis,
                                original.temp_bytes, result.analysis.temp_bytes,
-                               result.module, chosen, candidates)
+                               result.module, chosen, candidates, kind.platform, kind.times)
     return reports
 
 
@@ -314,7 +332,32 @@ def _kept(site, best_us: float, original_us: float):
                           f"({best_us:.1f} us against {original_us:.1f} us)")
 
 
-def analyze_compiled(compiled: tpu.Compiled, timing: Timing, timeline: bool = False,
+@dataclass(frozen=True)
+class _Kind:
+    """What differs between a TPU slice and a GPU target for the report."""
+
+    platform: str
+    timing: Timing
+    compile: Callable
+    options: Callable[[dict], dict]
+    times: str = ""
+
+    @classmethod
+    def of(cls, topo) -> _Kind:
+        if isinstance(topo, gpu.Target):
+            hw = topo.hardware
+            return cls("GPU", GpuTiming(hw, 0.0, topo.device_count),
+                       lambda module: gpu.compile_module(module, topo),
+                       lambda options: gpu.gpu_options(options, topo),
+                       f"kernels priced by the analytic model on {hw.name}, not XLA's "
+                       "estimates")
+        return cls("TPU", Timing(topo.hardware, topo.chip.clock_ghz, topo.device_count,
+                                 topo.links),
+                   lambda module: tpu.compile_module(module, topo),
+                   lambda options: tpu.tpu_options(options, topo))
+
+
+def analyze_compiled(compiled: aot.Compiled, timing: Timing, timeline: bool = False,
             trip_counts: schedule.TripCounts = schedule.trip_count) -> Analysis:
     """The modelled schedule of one compiled module, with its TPU temp bytes."""
     return schedule.analyze(compiled.hlo_module, timing, timeline=timeline,
@@ -393,6 +436,7 @@ def _row(location, sites, original, rewritten, input_name) -> SiteRow:
                                              if not s.applied)),
         sites=len(sites), permutes=len(permutes),
         overlapped=sum(p.overlapped for p in permutes),
+        synchronous=sum(p.synchronous for p in permutes),
         permute_executions=sum(p.executions for p in permutes),
         exposed_us=after.exposed_us, original_exposed_us=before.exposed_us,
         before_us=before.time_us, after_us=after.time_us,

@@ -6,7 +6,8 @@ loop constants come from the module's proto (`hlo_proto`). The module is walked 
 schedule order on one compute stream and one lane per link direction:
 
 - an instruction with a cycle estimate (`estimated_cycles` in its backend config, the
-  TPU compiler's own figure) occupies the compute stream for cycles / clock;
+  TPU compiler's own figure) occupies the compute stream for cycles / clock (a
+  `Timing` subclass may price instructions otherwise: `gpu_timing`);
 - a `collective-permute-start` puts its operand on the link lane of its
   source->target pairs (latency + bytes x the pairs sharing its busiest link, its own
   and those of permutes already in flight / (one-direction link bandwidth x
@@ -55,7 +56,9 @@ class Timing:
     partitions: int = 1
     links: Links | None = None     # where partition i sits: a permute pays its busiest link
 
-    def compute_us(self, instr: Instruction) -> float:
+    def compute_us(self, instr: Instruction, proto: ModuleProto | None = None) -> float:
+        """One execution of `instr` (`proto`: its module, for timings that look into
+        fusions)."""
         cycles = instr.estimated_cycles()
         return cycles / (self.clock_ghz * 1e3) if cycles else 0.0
 
@@ -108,6 +111,7 @@ class Permute:
     window_cycles: int               # the compiler's estimate for them
     window_matmul: bool              # a matmul among them: the permute overlaps a matmul
     lane: str = ""                   # its link direction ("link -1")
+    synchronous: bool = False        # scheduled as one synchronous instruction
     executions: int = 0
     exposed_us: float = 0.0          # waited at the done, all executions together
 
@@ -204,8 +208,13 @@ def trip_count(module: ModuleProto, loop: Instruction) -> int | None:
     The condition's root compares tuple element i of its parameter with a constant;
     the loop's init tuple holds a constant at i and the body's root tuple holds
     element i plus a constant. (The TPU compiler records no known trip count on these
-    loops; this is the one place that reads it, so a ring plan can replace it.)
+    loops; this is the one place that reads it, so a ring plan can replace it.) XLA's
+    GPU compiler records it (`known_trip_count` in the loop's backend config): that
+    comes first.
     """
+    known = loop.config().get("known_trip_count")
+    if isinstance(known, dict) and str(known.get("n", "")).isdigit():
+        return int(known["n"])
     called = module.called(loop)
     if len(called) != 2:
         return None
@@ -384,7 +393,7 @@ class _Walker:
         return t
 
     def compute(self, instr: Instruction, t: float) -> float:
-        duration = self.timing.compute_us(instr)
+        duration = self.timing.compute_us(instr, self.proto)
         if duration:
             kind = ("matmul" if self.is_matmul(instr) else
                     "copy" if instr.opcode == "copy" else "compute")
@@ -495,22 +504,24 @@ class _Walker:
         self.result.exposed_us += duration
         if op == "collective-permute":   # synchronous: a permute that overlaps nothing
             self.note_permute(instr, computation, self.location(instr), in_bytes, duration,
-                              []).exposed_us += duration
+                              [], synchronous=True).exposed_us += duration
         else:
             self.note_collective(instr, op, max(in_bytes, out_bytes), duration, duration)
         return t + duration
 
     def note_permute(self, start: Instruction, computation: str, location: str, nbytes: int,
-                     duration: float, between: list[Instruction], lane: str = "") -> Permute:
+                     duration: float, between: list[Instruction], lane: str = "",
+                     synchronous: bool = False) -> Permute:
         """The Permute of `start` (made at its first execution), one execution more."""
         permute = self.permutes.get(start.name)
         if permute is None:
-            window = [i for i in between if i.estimated_cycles()]
+            window = [i for i in between if self.timing.compute_us(i, self.proto)]
             permute = self.permutes[start.name] = Permute(
                 start.name, computation, location, nbytes,
                 duration, tuple(i.name for i in window),
-                sum(i.estimated_cycles() for i in window),
-                any(self.is_matmul(i) or self.loop_has_matmul(i) for i in between), lane)
+                sum(i.estimated_cycles() or 0 for i in window),
+                any(self.is_matmul(i) or self.loop_has_matmul(i) for i in between), lane,
+                synchronous)
             self.result.permutes.append(permute)
         permute.executions += 1
         return permute

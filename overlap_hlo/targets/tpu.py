@@ -10,28 +10,24 @@ libtpu (`pip install 'overlap-hlo[tpu]'`) holds the TPU compiler; JAX's
 A module (MLIR text or bytecode, an `ir.Module`, a `jax.export.Exported` or a
 `jax.stages.Lowered`) is compiled through a placeholder `jax.jit` lowering for the
 slice's devices whose module is swapped for the input's (partition i runs on the
-slice's device i). Nothing here runs at import time: `overlap-opt` never imports it.
+slice's device i; `aot`, which the GPU target shares). Nothing here runs at import time: `overlap-opt` never imports it.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
-import os
-import tempfile
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 
-from overlap_hlo import api
-from overlap_hlo.ir import compat
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.ring_order import Links
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE
 from overlap_hlo.rewrite.site import Site
+from overlap_hlo.targets import aot
 
 
-class TpuError(Exception):
+class TpuError(aot.TargetError):
     """A module cannot be compiled for the named TPU slice."""
 
 
@@ -132,37 +128,12 @@ def topology(name: str) -> Topology:
     return Topology(name, generation, tuple(desc.devices), CHIPS[generation])
 
 
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Send the native stderr (fd 2) to a temporary file; yields a reader for it."""
-    captured = tempfile.TemporaryFile(mode="w+b")
-    saved = os.dup(2)
-    text = []
-    os.dup2(captured.fileno(), 2)
-    try:
-        yield lambda: text[0] if text else ""
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        captured.seek(0)
-        text.append(captured.read().decode("utf-8", "replace").strip())
-        captured.close()
-
-
-@dataclass
-class Compiled:
-    """One module compiled for a slice."""
-
-    executable: object          # jaxlib's loaded-or-not executable
-    module: ir.Module           # the StableHLO that was compiled
-
-    @property
-    def hlo_module(self):
-        return self.executable.hlo_modules()[0]
-
-    @property
-    def memory(self):
-        return self.executable.get_compiled_memory_stats()
+_quiet_stderr = aot.quiet_stderr
+Compiled = aot.Compiled
+as_module = aot.as_module
+device_count = aot.device_count
+rewrite = aot.rewrite
+ERRORS = aot.Errors(TpuError, TopologyMismatch, "the TPU compiler")
 
 
 @dataclass
@@ -173,70 +144,10 @@ class CompiledPair:
     topology: Topology
 
 
-def as_module(source) -> ir.Module:
-    """A fresh ir.Module from text, bytecode, an ir.Module, an Exported or a Lowered."""
-    if isinstance(source, (str, bytes)):
-        return api.parse(source)
-    if isinstance(source, ir.Module):
-        return api.parse(api.serialize(source, bytecode=True))
-    if hasattr(source, "mlir_module_serialized") and hasattr(source, "mlir_module"):
-        return api.parse(source.mlir_module())
-    if hasattr(source, "compiler_ir"):
-        return api.parse(api.serialize(source.compiler_ir("stablehlo"), bytecode=True))
-    raise TypeError(f"cannot compile a {type(source).__name__}: expected MLIR text or "
-                    "bytecode, an ir.Module, a jax.export.Exported or a jax.stages.Lowered")
-
-
-def device_count(module: ir.Module) -> tuple[int, int]:
-    """(num_partitions, num_replicas) the module is written for."""
-    attrs = module.operation.attributes
-
-    def read(name: str) -> int:
-        return ir.IntegerAttr(attrs[name]).value if name in attrs else 1
-
-    return read("mhlo.num_partitions"), read("mhlo.num_replicas")
-
-
 def compile_module(module: ir.Module, topo: Topology) -> Compiled:
     """Compile `module` for `topo` (partition i on the slice's device i). Bare file
     locations in `module` are wrapped in name locations first."""
-    partitions, replicas = device_count(module)
-    if replicas != 1:
-        raise TopologyMismatch(f"the module has mhlo.num_replicas={replicas}; only "
-                               "modules with one replica (jax.jit) can be compiled")
-    if partitions != topo.device_count:
-        raise TopologyMismatch(
-            f"the module is written for {partitions} device(s) (mhlo.num_partitions="
-            f"{partitions}) but {topo.name} has {topo.device_count}")
-    with module.context:
-        inputs, outputs = _signature(module)
-        _name_file_locations(module)
-    lowering = _placeholder_lowering(topo, inputs, outputs, module)
-    error = None
-    with _quiet_stderr():
-        try:
-            executable = lowering.compile().xla_executable
-        except Exception as err:  # the compiler's errors are runtime errors
-            error = err
-    if error is not None:
-        message = str(error).strip() or repr(error)
-        raise TpuError(f"the TPU compiler rejected the module: {message}") from None
-    return Compiled(executable, module)
-
-
-def _name_file_locations(module: ir.Module) -> None:
-    """XLA keeps an op's source position in the HLO metadata only under a name
-    location (as JAX writes them); wrap bare file locations (text printed without
-    them, or hand-written) in one, named after the op, so sites can be found."""
-    def visit(op):
-        loc = op.location
-        if type(loc) is ir.Location:
-            loc = ir.Location.from_attr(loc.attr, loc.context)
-        if isinstance(loc, ir.FileLineColLoc):
-            op.location = ir.Location.name(op.name, loc)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    return aot.compile_module(module, topo.devices, topo.name, ERRORS)
 
 
 def compile_pair(source, topo: Topology | str, pipeline: str = DEFAULT_PIPELINE, *,
@@ -258,14 +169,6 @@ def compile_rewritten(module: ir.Module, topo: Topology, pipeline: str = DEFAULT
     return compile_module(rewritten, topo), sites
 
 
-def rewrite(module: ir.Module, pipeline: str = DEFAULT_PIPELINE, *,
-            input_name: str | None = None, **options) -> tuple[ir.Module, list[Site]]:
-    """A copy of `module` rewritten with pass `options` as given, and its sites."""
-    rewritten = api.parse(api.serialize(module, bytecode=True))
-    return rewritten, api.rewrite_module(rewritten, pipeline, input_name=input_name,
-                                         **options)
-
-
 def tpu_options(options: dict, topo: Topology) -> dict:
     """Pass `options` for a TPU compile on `topo`: those given (None: the default),
     target tpu and the slice's device coordinates (rings of physical neighbours)
@@ -275,68 +178,3 @@ def tpu_options(options: dict, topo: Topology) -> dict:
     if "threshold_mib" not in given and "hardware" not in given:
         given["hardware"] = topo.hardware.name
     return {"target": "tpu", "device_coords": topo.links.text(), **given}
-
-
-# -- the placeholder lowering (its private JAX paths are in compat.py) ----------------
-
-_MLIR_TO_NUMPY = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64",
-                  "i1": "bool", "f8E4M3FN": "float8_e4m3fn", "f8E5M2": "float8_e5m2",
-                  "complex<f32>": "complex64", "complex<f64>": "complex128"}
-
-
-def _dtype(element_type: ir.Type):
-    import numpy as np
-
-    text = str(element_type)
-    name = _MLIR_TO_NUMPY.get(text)
-    if name is None and text.startswith("ui"):
-        name = "uint" + text[2:]
-    elif name is None and text.startswith("i"):
-        name = "int" + text[1:]
-    try:
-        import ml_dtypes  # noqa: F401  (registers bfloat16 and the f8 types with numpy)
-
-        return np.dtype(name or text)
-    except TypeError:
-        raise TpuError(f"unsupported element type {text} in the module's signature") from None
-
-
-def _signature(module: ir.Module) -> tuple[list, list]:
-    """(shape, dtype) of @main's arguments and results."""
-    for op in module.body.operations:
-        op = op.operation
-        if op.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main":
-            ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
-            break
-    else:
-        raise TpuError("the module has no @main function")
-
-    def shaped(t: ir.Type):
-        try:
-            ranked = ir.RankedTensorType(t)
-        except ValueError:
-            raise TpuError(f"@main takes or returns {t}, not a ranked tensor") from None
-        if not ranked.has_static_shape:
-            raise TpuError(f"@main has a dynamic shape {t}")
-        return tuple(ranked.shape), _dtype(ranked.element_type)
-
-    return [shaped(t) for t in ftype.inputs], [shaped(t) for t in ftype.results]
-
-
-def _placeholder_lowering(topo: Topology, inputs: list, outputs: list, module: ir.Module):
-    """A jax.jit lowering over the slice's devices with the module's signature that
-    compiles `module`, its shardings left to the compiled module (JAX reads them back
-    from XLA)."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    mesh = jax.sharding.Mesh(np.array(topo.devices), ("devices",))
-    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    specs = [jax.ShapeDtypeStruct(shape, dtype, sharding=replicated) for shape, dtype in inputs]
-
-    def placeholder(*args):
-        return tuple(jnp.zeros(shape, dtype) for shape, dtype in outputs)
-
-    lowered = jax.jit(placeholder, out_shardings=replicated, keep_unused=True).lower(*specs)
-    return compat.lowering_compiling(lowered, module, shardings_from_module=True)

@@ -1,0 +1,151 @@
+"""JAX's CUDA plugin, for compiling for NVIDIA GPUs ahead of time without a GPU.
+
+XLA's GPU compiler is in the `jax-cuda12-pjrt` wheel (`xla_cuda_plugin.so`), which also
+carries XLA's target descriptions (`GpuTargetConfigProto` text, one per GPU model).
+Installed into site-packages, JAX loads that wheel in every program that starts a
+backend, and on a machine without NVIDIA's libraries each such program logs a "Jax
+plugin configuration error" traceback. So this project keeps its copy in a private
+directory that JAX never scans (`install`, `python -m overlap_hlo.targets.gpu_plugin
+install`) and registers it only in a process that names a GPU target (`register`).
+A `jax[cuda12]` install in site-packages is used as it is. Nothing here runs at import
+time.
+"""
+from __future__ import annotations
+
+import importlib.util
+import mmap
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+PACKAGE = "jax-cuda12-pjrt"
+LIBRARY = os.path.join("jax_plugins", "xla_cuda12", "xla_cuda_plugin.so")
+SITE_MODULE = "jax_plugins.xla_cuda12"   # where jax[cuda12] installs it
+
+
+class PluginMissing(LookupError):
+    """No CUDA plugin is installed, privately or in site-packages."""
+
+
+def jaxlib_version() -> str:
+    from jaxlib import version
+
+    return version.__version__
+
+
+def private_dir() -> str:
+    """Where `install` puts the plugin of this environment's jaxlib (under sys.prefix,
+    so that it goes with the environment)."""
+    return os.path.join(sys.prefix, "share", "overlap-hlo",
+                        f"{PACKAGE}-{jaxlib_version()}")
+
+
+def site_library() -> str | None:
+    """The plugin library of a jax[cuda12] install in site-packages, if any (found
+    without importing the plugin module, which would initialize CUDA)."""
+    try:
+        spec = importlib.util.find_spec(SITE_MODULE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    path = os.path.join(os.path.dirname(spec.origin), os.path.basename(LIBRARY))
+    return path if os.path.isfile(path) else None
+
+
+def library() -> str:
+    """The plugin library to compile with: the private copy, else a site-packages one."""
+    private = os.path.join(private_dir(), LIBRARY)
+    if os.path.isfile(private):
+        return private
+    site = site_library()
+    if site is not None:
+        return site
+    raise PluginMissing(
+        f"JAX's CUDA plugin ({PACKAGE}=={jaxlib_version()}) is not installed; install it "
+        f"with: {sys.executable} -m overlap_hlo.targets.gpu_plugin install  (about 190 "
+        f"MB, into {private_dir()}, where JAX does not load it by itself)")
+
+
+def register() -> str:
+    """Make JAX's "cuda" platform able to describe GPU topologies in this process; the
+    library used. JAX's own registration (a working jax[cuda12] install) comes first."""
+    from jax._src import xla_bridge
+    from jax._src.lib import xla_client
+
+    path = library()
+    if "cuda" in xla_bridge._topology_factories:
+        return path
+    if path == site_library():
+        # JAX registers it when the plugin initializes (it fails without CUDA libraries).
+        xla_bridge._discover_and_register_pjrt_plugins()
+        if "cuda" in xla_bridge._topology_factories:
+            return path
+    xla_bridge.register_plugin("cuda", priority=500, library_path=path,
+                               options=xla_client.generate_pjrt_gpu_plugin_options())
+    return path
+
+
+def target_config(path: str, description: str) -> str | None:
+    """XLA's GpuTargetConfigProto text for the GPU model `description` ("NVIDIA H100
+    80GB HBM3": its `device_description_str`) as the plugin library at `path` carries
+    it, or None when it carries none for that model."""
+    key = f'device_description_str: "{description}"'.encode()
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        end = data.find(key)
+        if end < 0:
+            return None
+        start = data.rfind(b"gpu_device_info {", 0, end)
+        if start < 0:
+            return None
+        return data[start:end + len(key)].decode("utf-8", "replace")
+
+
+def install(directory: str | None = None, run=subprocess.run) -> str:
+    """Install the plugin matching this jaxlib into `directory` (default `private_dir()`)
+    with pip, without dependencies (no NVIDIA libraries: compiling needs none), replacing
+    what is there; returns the library's path. `run` runs the pip command."""
+    directory = os.path.abspath(directory or private_dir())
+    parent = os.path.dirname(directory)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".install-", dir=parent)
+    try:
+        run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+             "--target", staging, f"{PACKAGE}=={jaxlib_version()}"], check=True)
+        if not os.path.isfile(os.path.join(staging, LIBRARY)):
+            raise PluginMissing(f"{PACKAGE} installed no {LIBRARY}")
+        if os.path.isdir(directory):
+            shutil.rmtree(directory)
+        os.rename(staging, directory)
+    finally:
+        if os.path.isdir(staging):
+            shutil.rmtree(staging)
+    return os.path.join(directory, LIBRARY)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`install`: install the plugin privately; `where`: print the library used."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args == ["install"]:
+        try:
+            print(install())
+        except (OSError, subprocess.CalledProcessError, PluginMissing) as err:
+            print(f"gpu_plugin: install failed: {err}", file=sys.stderr)
+            return 1
+        return 0
+    if args == ["where"]:
+        try:
+            print(library())
+        except PluginMissing as err:
+            print(f"gpu_plugin: {err}", file=sys.stderr)
+            return 1
+        return 0
+    print("usage: python -m overlap_hlo.targets.gpu_plugin install | where",
+          file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

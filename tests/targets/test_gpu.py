@@ -1,0 +1,134 @@
+"""Compile for NVIDIA GPU targets ahead of time (JAX's CUDA plugin, no GPU needed) and
+check the schedule's structure and the report built on it. No timings are asserted;
+a GEMM's modelled time is checked against the cost model's formula.
+
+Skipped only when the plugin is not installed (python -m overlap_hlo.targets.gpu_plugin
+install) or carries no target descriptions (jaxlib before 0.12).
+"""
+import json
+
+import pytest
+
+from harness import ROOT
+from overlap_hlo.targets import gpu
+
+try:
+    H100 = gpu.target("h100:8")
+except gpu.GpuUnavailable as err:
+    pytest.skip(f"no GPU compiler: {err}", allow_module_level=True)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+from overlap_hlo.plan import cost  # noqa: E402
+from overlap_hlo.targets import aot, report, schedule  # noqa: E402
+from overlap_hlo.targets.gpu_timing import GpuTiming  # noqa: E402
+from overlap_hlo.tools import report as report_cli  # noqa: E402
+
+M, K, N = 1024, 2048, 1024      # per-device rows, contracted, columns: small compiles
+
+
+def gathered_dot(a, b):
+    return jax.lax.all_gather(a, "x", axis=0, tiled=True) @ b
+
+
+def lowered(tgt: gpu.Target):
+    mesh = Mesh(np.array(tgt.devices), ("x",))
+    n = tgt.device_count
+    specs = (P("x", None), P(None, "x"))
+    fn = jax.jit(jax.shard_map(gathered_dot, mesh=mesh, in_specs=specs,
+                               out_specs=P(None, "x")))
+    return fn.lower(
+        jax.ShapeDtypeStruct((M * n, K), jnp.bfloat16, sharding=NamedSharding(mesh, specs[0])),
+        jax.ShapeDtypeStruct((K, N * n), jnp.bfloat16, sharding=NamedSharding(mesh, specs[1])))
+
+
+@pytest.fixture(scope="module")
+def one_stream():
+    return report.build(lowered(H100), H100, threshold_mib=0, bidirectional=False)
+
+
+def test_gather_becomes_overlapped_permutes(one_stream):
+    original = [c.opcode for c in one_stream.original.collectives]
+    assert original == ["all-gather"]
+    (row,) = one_stream.sites
+    assert row.applied and row.collectives_left == [] and row.original_collectives == [
+        "all-gather"]
+    assert one_stream.rewritten.collectives == []
+    assert row.permutes == one_stream.permutes > 0
+    assert 0 < row.overlapped <= row.permutes
+    assert row.synchronous == sum(p.synchronous for p in one_stream.rewritten.permutes)
+    assert one_stream.platform == "GPU" and "analytic model" in one_stream.times_from
+    assert one_stream.original_temp_bytes > 0 and one_stream.rewritten_temp_bytes > 0
+    text = one_stream.format()
+    assert "GPU temporaries" in text and "kernels priced by the analytic model" in text
+
+
+def test_permute_counts_match_the_compiled_module(one_stream):
+    """Every collective-permute the compiled schedule runs is counted once (an
+    asynchronous one is an async-start around a computation holding the permute)."""
+    proto = one_stream.rewritten.proto
+    sequences = schedule.scheduled_sequences(one_stream.rewritten.hlo_module, proto)
+    starts = [i for seq in sequences.values() for i in seq if i.opcode == "async-start"]
+    wrapped = {c.name for start in starts for c in proto.called(start)}
+    scheduled = [i for name, seq in sequences.items() if name not in wrapped for i in seq
+                 if i.opcode in ("collective-permute", "collective-permute-start")
+                 or (i.opcode == "async-start"
+                     and any(c.root.opcode == "collective-permute" for c in proto.called(i)))]
+    assert len(scheduled) == one_stream.permutes
+
+
+def test_gemm_priced_by_the_cost_model():
+    compiled = gpu.compile_module(aot.as_module(lowered(H100)), H100)
+    analysis = report.analyze_compiled(compiled, GpuTiming(H100.hardware, 0.0, 8))
+    proto = analysis.proto
+    (gemm,) = [proto.by_name[name] for name in analysis.compute_by_name
+               if schedule.contains_matmul(proto, proto.by_name[name])]
+    n = H100.device_count
+    traffic = 2 * (M * n * K + K * N + M * n * N)          # bf16 operands and result
+    expected = cost.PROFILES["h100-sxm"].dot_us(2.0 * M * n * K * N, traffic, "bf16")
+    assert analysis.compute_by_name[gemm.name] == pytest.approx(expected)
+
+
+def test_two_hosts_and_other_models():
+    two = gpu.target("h100:2x8")
+    assert two.device_count == 16 and two.hosts == 2
+    assert sorted({d.process_index for d in two.devices}) == [0, 1]
+    assert gpu.target("h200:8").hardware.name == "h200"
+    b200 = gpu.target("b200:8")
+    compiled = gpu.compile_module(aot.as_module(lowered(b200)), b200)
+    assert compiled.memory.temp_size_in_bytes > 0
+
+
+def test_device_count_must_fit():
+    module = aot.as_module(lowered(H100))
+    with pytest.raises(gpu.TargetMismatch, match="written for 8 device.*h100:2x8 has 16"):
+        gpu.compile_module(module, gpu.target("h100:2x8"))
+
+
+def test_cli_gpu_json(tmp_path, capsys):
+    """`overlap-report --gpu`: the bundled example's rows, permutes as compiled."""
+    out = tmp_path / "report.json"
+    assert report_cli.main([str(ROOT / "examples" / "transformer_layer.mlir"),
+                            "--gpu=h100:8", "--threshold-mib=0", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "GPU temporaries" in text and "verdict:" in text
+    payload = json.loads(out.read_text())
+    assert payload["platform"] == "GPU" and payload["topology"] == "h100:8"
+    assert len(payload["sites"]) == 4
+    assert sum(row["permutes"] for row in payload["sites"]) == payload["permutes"] > 0
+    assert payload["collectives_left"] == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gpu=h100:8", "--tpu=v5e:2x4"], "not allowed with argument"),
+    ([], "one of the arguments --tpu --gpu is required"),
+    (["--gpu=h100:7x"], "unknown GPU target"),
+])
+def test_cli_target_errors(argv, message, capsys):
+    code = report_cli.main([str(ROOT / "examples" / "transformer_layer.mlir"), *argv])
+    assert code == (1 if "unknown" in message else 2)
+    assert message in capsys.readouterr().err
