@@ -2,8 +2,9 @@
 from overlap_hlo.rewrite.pipeline import register
 
 from .all_gather_matmul import OverlapAllGatherMatmul
+from .matmul_all_reduce import OverlapMatmulAllReduce
 from .matmul_reduce_scatter import OverlapMatmulReduceScatter
 
-ALL_PASSES = (OverlapAllGatherMatmul, OverlapMatmulReduceScatter)
+ALL_PASSES = (OverlapAllGatherMatmul, OverlapMatmulReduceScatter, OverlapMatmulAllReduce)
 for _cls in ALL_PASSES:
     register(_cls)

@@ -57,6 +57,12 @@ class OverlapMatmulReduceScatter(RewritePass):
     def match(self, op, scan, settled=None) -> Match:
         scatter = op.operation
         scatter_dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value
+        return self.match_sum(scatter, scatter_dim, scatter.results[0].type, scan)
+
+    def match_sum(self, scatter: ir.Operation, scatter_dim: int,
+                  result_type: ir.RankedTensorType, scan) -> Match:
+        """The ring computing `result_type` (one device's block along `scatter_dim`) of
+        the sum the collective `scatter` makes of its operand (dots, added terms)."""
         top, between, dim = producer(scatter.operands[0], scatter_dim)
         dots, adds, addends = summed_dots(top)
         if not dots:
@@ -95,7 +101,6 @@ class OverlapMatmulReduceScatter(RewritePass):
                               + ("" if all(after(scatter, as_op(u.owner)) for u in readers)
                                  else " before it"))
         ring = Ring.from_collective(scatter, scan)
-        result_type = scatter.results[0].type
         require_supported_types(result_type, *(v.type for d in dots
                                                for v in (*d.operands, d.results[0])))
         block = result_type.shape[scatter_dim]
@@ -135,7 +140,7 @@ class OverlapMatmulReduceScatter(RewritePass):
         return Match(detail, top.results[0].type, ring, site,
                      lambda bidirectional: plan_of(ring.size, self, block, bidirectional),
                      build=ScatterSite(scatter, dots, adds, addends, between, dim, block,
-                                       readers, prologues), others=others,
+                                       readers, prologues, scatter_dim), others=others,
                      dots=[dot.location for dot in dots])
 
     def emit(self, match, plan, ring, rewriter, scan) -> None:
@@ -147,6 +152,7 @@ class OverlapMatmulReduceScatter(RewritePass):
                                         sum_type=scatter.results[0].type.element_type,
                                         platform=self.platform, out_dim=s.scatter_dim,
                                         prologues=s.prologues)
+            result = self.completed(s, result, scan)
         rewriter.replace_op(scatter, [result])
         for dead in [*(view.op for view in reversed(s.between)), *s.adds]:
             rewriter.erase_op(dead)
@@ -163,6 +169,11 @@ class OverlapMatmulReduceScatter(RewritePass):
                     rewriter.erase_op(op)
 
 
+    def completed(self, site: ScatterSite, block: ir.Value, scan) -> ir.Value:
+        """What replaces the collective, from this device's block of the sum."""
+        return block
+
+
 @dataclass(frozen=True)
 class ScatterSite:
     """What the reduce_scatter ring replaces: the scatter, its summed dots, the adds and
@@ -177,10 +188,7 @@ class ScatterSite:
     block: int
     readers: list                 # other readers of the product: the ring assembles it
     prologues: dict
-
-    @property
-    def scatter_dim(self) -> int:
-        return ir.IntegerAttr(self.scatter.attributes["scatter_dimension"]).value
+    scatter_dim: int              # of the collective's result
 
 
 def scatter_fed_by(dot: ir.Operation) -> ir.Operation | None:

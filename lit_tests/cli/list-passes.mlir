@@ -23,8 +23,12 @@
 // CHECK: bidirectional=<bool>  (default: unset)
 // CHECK: unroll=<int>  (default: unset)
 // CHECK: target=<str>  (default: unset)
+// CHECK-LABEL: overlap-matmul-all-reduce
+// CHECK-NEXT: dot_general feeding all_reduce(add)
+// CHECK: Options:
+// CHECK-NEXT: threshold-mib=<float>  (default: unset)
 // CHECK: Upstream MLIR passes such as canonicalize and cse can be used in --pass-pipeline
-// CHECK: Default pipeline: builtin.module(overlap-all-gather-matmul,overlap-matmul-reduce-scatter,canonicalize,cse)
+// CHECK: Default pipeline: builtin.module(overlap-all-gather-matmul,overlap-matmul-reduce-scatter,overlap-matmul-all-reduce,canonicalize,cse)
 // CHECK: Hardware profiles:
 // CHECK-DAG: tpu-v5e:
 // CHECK-DAG: h100-sxm:

@@ -223,7 +223,7 @@ class RewritePass:
         try:
             if match.refusal is not None:
                 raise Unsupported(str(match.refusal), kind=match.refusal.kind,
-                                  detail=match.detail, estimate=cost.estimate(
+                                  detail=match.detail, estimate=self.estimate(
                                       shape_of(bool(self.bidirectional)), self.profile))
             decision = self.decide(match.communicated, shape_of, match.detail)
             plan = decision.estimate.plan
@@ -350,6 +350,11 @@ class RewritePass:
         compat.apply_patterns_and_fold_greedily(module_op, patterns.freeze(), config)
         return failure[0] if failure else None
 
+    def estimate(self, shape: SiteShape, profile: cost.Hardware) -> cost.Estimate:
+        """The cost model's prediction for the site (a pass whose site is more than
+        its ring adds the rest to both sides)."""
+        return cost.estimate(shape, profile)
+
     def decide(self, communicated: ir.RankedTensorType, shape_of: Callable[[bool], SiteShape],
                detail: str) -> Decision:
         """The site's form, predicted times and the rule that decided to rewrite it;
@@ -367,7 +372,7 @@ class RewritePass:
         by_model = self.threshold_mib is None and bool(self.hardware)
         forms = ([self.bidirectional] if self.bidirectional is not None
                  else [False, True] if by_model else [False])
-        estimates = [cost.estimate(shape_of(form), profile) for form in forms]
+        estimates = [self.estimate(shape_of(form), profile) for form in forms]
         estimate = min(estimates, key=lambda e: e.after_us)   # a tie: one stream
         if not by_model:
             threshold = DEFAULT_THRESHOLD_MIB if self.threshold_mib is None else self.threshold_mib

@@ -1,0 +1,69 @@
+"""dot -> all_reduce: a reduce_scatter ring then an all_gather, run before and after the
+rewrite on 8 host CPU devices; sites it cannot take are left unchanged with a remark."""
+from collections import Counter
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import overlap_hlo
+from harness import Program, check, op_counts
+
+PSUM = jax.lax.psum
+ONLY = "builtin.module(overlap-matmul-all-reduce{options},canonicalize)"
+# After the rewrite: the all_reduce gone, one all_gather in its place.
+GATHER_LEFT = Counter({"stablehlo.all_reduce": 0, "stablehlo.all_gather": 1})
+
+CASES = {
+    # Megatron's tensor-parallel MLP: column- then row-parallel matmul, then psum
+    "megatron-mlp": (lambda x, w1, w2: PSUM(jax.nn.gelu(x @ w1) @ w2, "x"),
+                     [((2, 64, 32), P()), ((32, 128), P(None, "x")),
+                      ((128, 32), P("x", None))], P(), (8,), ("x",)),
+    # a bias added before the psum: each device's copy is summed, as in the original
+    "with-bias": (lambda x, w, bias: PSUM(x @ w + bias, "x"),
+                  [((64, 32), P(None, "x")), ((32, 24), P("x")), ((64, 24), P())], P(),
+                  (8,), ("x",)),
+    # dim 0 (6) is not divisible by the group: the ring scatters dim 1
+    "second-dim": (lambda x, w: PSUM(jnp.einsum("bsk,kd->bsd", x, w), "x"),
+                   [((6, 16, 32), P(None, None, "x")), ((32, 24), P("x"))], P(),
+                   (8,), ("x",)),
+    # a data-parallel weight gradient averaged over a subgroup (4 of the 8 devices)
+    "gradient-mean": (lambda x, dy: PSUM(x.T @ dy, "x") / 4,
+                      [((64, 32), P("x")), ((64, 16), P("x"))], P(), (4, 2), ("x", "y")),
+}
+
+
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["one-stream", "two-streams"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_all_reduce_of_a_dot(case, bidirectional):
+    fn, inputs, out_specs, mesh, axes = CASES[case]
+    options = "{bidirectional=true}" if bidirectional else ""
+    check(Program(fn, mesh, axes, inputs, out_specs), left=GATHER_LEFT,
+          pipeline=ONLY.format(options=options))
+
+
+def test_bf16_megatron_mlp_in_the_default_pipeline():
+    fn, inputs, out_specs, mesh, axes = CASES["megatron-mlp"]
+    check(Program(fn, mesh, axes, inputs, out_specs, dtype=jnp.bfloat16), left=GATHER_LEFT)
+
+
+def _sites(fn, inputs, out_specs):
+    program = Program(fn, (8,), ("x",), inputs, out_specs)
+    lowered = program.jitted().lower(*program.args())
+    module = overlap_hlo.parse(lowered.as_text())
+    sites = overlap_hlo.rewrite_module(module, threshold_mib=0)
+    return [s for s in sites if s.pattern == "overlap-matmul-all-reduce"], op_counts(module)
+
+
+def test_no_divisible_dim_is_left_unchanged_with_a_remark():
+    (site,), counts = _sites(lambda x, w: PSUM(x @ w, "x"),
+                             [((6, 32), P(None, "x")), ((32, 10), P("x"))], P())
+    assert not site.applied and site.kind == "no divisible dim"
+    assert "divisible by the group size 8" in site.reason
+    assert counts["stablehlo.all_reduce"] == 1 and counts["stablehlo.all_gather"] == 0
+
+
+def test_an_all_reduce_without_a_dot_is_not_a_site():
+    sites, counts = _sites(lambda x: PSUM(jnp.sum(x * x), "x"), [((64, 32), P("x"))], P())
+    assert sites == [] and counts["stablehlo.all_reduce"] == 1
