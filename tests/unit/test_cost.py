@@ -16,7 +16,7 @@ def test_profile_figures_match_their_datasheets():
     figures = {name: (p.tflops.get("bf16"), p.link_gbps) for name, p in cost.PROFILES.items()}
     assert figures == {
         "tpu-v4": (275, 50), "tpu-v5e": (197, 50), "tpu-v5p": (459, 100),
-        "h100-sxm": (989, 450), "h200": (989, 450), "a100": (312, 300),
+        "h100-sxm": (989, 450), "h200": (989, 450), "b200": (2250, 900), "a100": (312, 300),
         "host-cpu": (0.005, 2.0), "tpu-v6e": (918, 100),
     }
     assert cost.PROFILES["tpu-v5e"].tflops["int8"] == 393
