@@ -2,9 +2,11 @@
 from overlap_hlo.rewrite.pipeline import register
 
 from .all_gather_matmul import OverlapAllGatherMatmul
+from .all_to_all_matmul import OverlapAllToAllMatmul
 from .matmul_all_reduce import OverlapMatmulAllReduce
 from .matmul_reduce_scatter import OverlapMatmulReduceScatter
 
-ALL_PASSES = (OverlapAllGatherMatmul, OverlapMatmulReduceScatter, OverlapMatmulAllReduce)
+ALL_PASSES = (OverlapAllGatherMatmul, OverlapMatmulReduceScatter, OverlapMatmulAllReduce,
+              OverlapAllToAllMatmul)
 for _cls in ALL_PASSES:
     register(_cls)

@@ -133,7 +133,10 @@ class Ring:
         attrs = op.attributes
         num_partitions, num_replicas = _module_sizes(op)
         has_channel = "channel_handle" in attrs and _channel(attrs["channel_handle"]) > 0
-        global_ids = "use_global_device_ids" in attrs
+        # all_to_all has no use_global_device_ids: with a channel its groups hold
+        # partition ids (StableHLO: cross_partition), as global ids do here.
+        global_ids = ("use_global_device_ids" in attrs
+                      or (op.name == "stablehlo.all_to_all" and has_channel))
         groups = _groups(attrs["replica_groups"], op, has_channel and global_ids,
                          num_partitions * num_replicas)
         divergence = not_run_by_all(op, scan.callers)

@@ -22,7 +22,8 @@ from overlap_hlo.rewrite.rewrite_pass import RewritePass
 from overlap_hlo.rewrite.site import SiteLog
 
 DEFAULT_PIPELINE = ("builtin.module(overlap-all-gather-matmul,"
-                    "overlap-matmul-reduce-scatter,overlap-matmul-all-reduce,canonicalize,cse)")
+                    "overlap-matmul-reduce-scatter,overlap-matmul-all-reduce,"
+                    "overlap-all-to-all-matmul,canonicalize,cse)")
 MAX_PIPELINE_NESTING = 64   # anchors inside anchors; MLIR's own parser recurses too
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 

@@ -1,0 +1,45 @@
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-to-all-matmul{threshold-mib=0})' --split-input-file | FileCheck %s
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-to-all-matmul{threshold-mib=0})' --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
+
+// MoE dispatch over one group of 4: all_to_all(split experts dim 0, concat capacity
+// dim 1), then the expert matmul (experts a batch dim, capacity a free dim). Step 0
+// multiplies the device's own chunk; step k sends chunk (p + k) mod 4 to position
+// p + k (pairs q -> q + k) and multiplies the chunk received from p - k, written at
+// block (p - k) mod 4 of the capacity dim. No all_to_all is left.
+// CHECK-LABEL: func.func @moe
+// CHECK-NOT: stablehlo.all_to_all
+// CHECK: %[[OWN:.*]] = stablehlo.dynamic_slice %arg0, {{.*}} sizes = [2, 2, 16]
+// CHECK-NEXT: stablehlo.dot_general %[[OWN]], %arg1, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x2x16xf32>, tensor<2x16x8xf32>) -> tensor<2x2x8xf32>
+// CHECK: %[[R1:.*]] = "stablehlo.collective_permute"({{.*}}) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0]]>
+// CHECK-NEXT: stablehlo.dot_general %[[R1]], %arg1
+// CHECK: %[[R2:.*]] = "stablehlo.collective_permute"({{.*}}) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 2], [1, 3], [2, 0], [3, 1]]>
+// CHECK-NEXT: stablehlo.dot_general %[[R2]], %arg1
+// CHECK: %[[R3:.*]] = "stablehlo.collective_permute"({{.*}}) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]>
+// CHECK-NEXT: %[[D3:.*]] = stablehlo.dot_general %[[R3]], %arg1
+// CHECK: %[[OUT:.*]] = stablehlo.dynamic_update_slice %{{.*}}, %[[D3]], {{.*}} -> tensor<2x8x8xf32>
+// CHECK-NEXT: return %[[OUT]] : tensor<2x8x8xf32>
+// CHECK-NOT: stablehlo.all_to_all
+// REMARK: remark: overlap-all-to-all-matmul: rewritten: tensor<2x8x16xf32> from chunks along dim 0 of tensor<8x2x16xf32>, concatenated on dim 1 (free dim of operand 0) over groups of 4
+module @moe attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @moe(%x: tensor<8x2x16xf32>, %w: tensor<2x16x8xf32>) -> tensor<2x8x8xf32> {
+    %0 = "stablehlo.all_to_all"(%x) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, concat_dimension = 1 : i64, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, split_count = 4 : i64, split_dimension = 0 : i64}> : (tensor<8x2x16xf32>) -> tensor<2x8x16xf32>
+    %1 = stablehlo.dot_general %0, %w, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x16xf32>, tensor<2x16x8xf32>) -> tensor<2x8x8xf32>
+    return %1 : tensor<2x8x8xf32>
+  }
+}
+
+// -----
+
+// The MoE combine: an all_to_all of a dot's result is not decomposed yet: left
+// unchanged, with a remark.
+// CHECK-LABEL: func.func @combine
+// CHECK: stablehlo.dot_general
+// CHECK: "stablehlo.all_to_all"
+// REMARK: remark: overlap-all-to-all-matmul: left unchanged: an all_to_all of a dot's result (an MoE combine) is not decomposed yet
+module @combine attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @combine(%h: tensor<2x8x8xf32>, %w: tensor<2x8x16xf32>) -> tensor<8x2x16xf32> {
+    %0 = stablehlo.dot_general %h, %w, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x8xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+    %1 = "stablehlo.all_to_all"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, concat_dimension = 0 : i64, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, split_count = 4 : i64, split_dimension = 1 : i64}> : (tensor<2x8x16xf32>) -> tensor<8x2x16xf32>
+    return %1 : tensor<8x2x16xf32>
+  }
+}

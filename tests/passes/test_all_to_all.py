@@ -1,0 +1,66 @@
+"""all_to_all -> dot: N-1 permutes interleaved with per-chunk dots, run before and after
+the rewrite on 8 host CPU devices; sites it cannot take are left unchanged with a
+remark."""
+from collections import Counter
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import overlap_hlo
+from harness import Program, check, op_counts, permutes
+
+A2A = jax.lax.all_to_all
+GONE = Counter({"stablehlo.all_to_all": 0})
+EXPORT_FORMS = [pytest.param(True, id="shardy"), pytest.param(False, id="gspmd")]
+
+CASES = {
+    # MoE dispatch: experts split across devices, tokens (capacity) gathered, then the
+    # expert matmul (experts a batch dim, capacity the chunk's free dim)
+    "moe-dispatch": (lambda x, w: jnp.einsum("ecm,emh->ech", A2A(x, "x", 0, 1, tiled=True), w),
+                     [((16, 4, 32), P()), ((16, 32, 24), P("x"))], P("x"), (8,), ("x",)),
+    # Ulysses: heads split, sequence gathered, then a per-head projection
+    "ulysses": (lambda q, w: jnp.einsum("shd,hde->she", A2A(q, "x", 1, 0, tiled=True), w),
+                [((64, 16, 8), P("x")), ((16, 8, 12), P("x"))], P(None, "x"), (8,), ("x",)),
+    # split and concat on the same dim, the exchanged tensor as the dot's rhs
+    "same-dim-rhs": (lambda w, x: w @ A2A(x, "x", 1, 1, tiled=True),
+                     [((24, 32), P()), ((32, 64), P())], P(None, "x"), (8,), ("x",)),
+    # a subgroup: 4 of the 8 devices exchange
+    "subgroup": (lambda x, w: jnp.einsum("ecm,emh->ech", A2A(x, "x", 0, 1, tiled=True), w),
+                 [((8, 4, 16), P()), ((8, 16, 12), P("x"))], P("x"),
+                 (4, 2), ("x", "y")),
+}
+
+
+@pytest.mark.parametrize("shardy", EXPORT_FORMS)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_all_to_all_then_dot(case, shardy):
+    fn, inputs, out_specs, mesh, axes = CASES[case]
+    counts = check(Program(fn, mesh, axes, inputs, out_specs), shardy=shardy, left=GONE)
+    size = mesh[0]
+    assert counts["stablehlo.collective_permute"] == size - 1    # one per step but the own
+    assert counts["stablehlo.dot_general"] == size
+
+
+def _site(fn, inputs, out_specs):
+    program = Program(fn, (8,), ("x",), inputs, out_specs)
+    module = overlap_hlo.parse(program.jitted().lower(*program.args()).as_text())
+    sites = overlap_hlo.rewrite_module(module, threshold_mib=0)
+    (site,) = [s for s in sites if s.pattern == "overlap-all-to-all-matmul"]
+    return site, module
+
+
+def test_a_combine_after_a_dot_is_left_unchanged_with_a_remark():
+    site, module = _site(lambda h, w: A2A(jnp.einsum("ech,ehm->ecm", h, w), "x", 1, 0,
+                                          tiled=True),
+                         [((16, 32, 24), P("x")), ((16, 24, 32), P("x"))], P(None, "x"))
+    assert not site.applied and site.kind == "dot before an all_to_all"
+    assert op_counts(module)["stablehlo.all_to_all"] == 1 and not permutes(module)
+
+
+def test_a_contracting_concat_dim_is_left_unchanged_with_a_remark():
+    site, module = _site(lambda x, w: A2A(x, "x", 0, 1, tiled=True) @ w,
+                         [((64, 4), P()), ((32, 24), P())], P())
+    assert not site.applied and site.kind == "concat dim not free"
+    assert op_counts(module)["stablehlo.all_to_all"] == 1
