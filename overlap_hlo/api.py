@@ -42,6 +42,16 @@ class SitesLeftUnchanged(UserWarning):
     (replica groups the rewrite cannot read, a site inside a conditional, ...)."""
 
 
+class NoCollectives(UserWarning):
+    """A module partitioned over several devices holds no collective to rewrite (an
+    auto-sharded jax.jit: XLA's partitioner adds the collectives when it compiles)."""
+
+
+COLLECTIVE_OPS = frozenset(f"stablehlo.{name}" for name in (
+    "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "collective_permute",
+    "collective_broadcast"))
+
+
 # Options and pipelines.
 
 def option_names() -> list[str]:
@@ -97,10 +107,39 @@ def unchanged_summary(sites: list[Site], see: str) -> str | None:
             f"see {see}")
 
 
-def _warn_unchanged(sites: list[Site], stacklevel: int) -> list[Site]:
+def no_collectives_note(module: ir.Module, sites: list[Site]) -> str | None:
+    """One line when a module partitioned over several devices gave no candidate site
+    because it holds no collective at all, else None."""
+    attrs = module.operation.attributes
+    partitions = (ir.IntegerAttr(attrs["mhlo.num_partitions"]).value
+                  if "mhlo.num_partitions" in attrs else 1)
+    if sites or partitions < 2:
+        return None
+    found = []
+
+    def visit(op):
+        if op.name in COLLECTIVE_OPS:
+            found.append(op.name)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if found:
+        return None
+    return (f"the module runs on {partitions} devices but holds no collective to overlap: "
+            "XLA's SPMD partitioner adds them when it compiles (an auto-sharded jax.jit). "
+            "overlap-hlo rewrites the collectives a module holds (jax.shard_map); for the "
+            "dots XLA partitions itself, see its windowed einsum (README, 'Making the "
+            "permutes overlap')")
+
+
+def _warn_unchanged(sites: list[Site], stacklevel: int, module: ir.Module) -> list[Site]:
     summary = unchanged_summary(sites, see="overlap_hlo.remarks()")
     if summary is not None:
         warnings.warn(f"overlap-hlo: {summary}", SitesLeftUnchanged, stacklevel=stacklevel + 1)
+    note = no_collectives_note(module, sites)
+    if note is not None:
+        warnings.warn(f"overlap-hlo: {note}", NoCollectives, stacklevel=stacklevel + 1)
     return sites
 
 
@@ -264,7 +303,7 @@ def rewrite_module(module: ir.Module, pipeline: str | None = DEFAULT_PIPELINE, *
     size or profit.
     """
     sites = _rewrite(module, pipeline, verify, input_name, options, "rewrite_module")
-    return _warn_unchanged(sites, stacklevel=2)
+    return _warn_unchanged(sites, stacklevel=2, module=module)
 
 
 def rewrite_source(source: str | bytes, pipeline: str | None = DEFAULT_PIPELINE, *,
@@ -275,7 +314,7 @@ def rewrite_source(source: str | bytes, pipeline: str | None = DEFAULT_PIPELINE,
     pass_defaults(options, "rewrite_source")
     module = parse(source)
     _warn_unchanged(_rewrite(module, pipeline, True, input_name, options, "rewrite_source"),
-                    stacklevel=2)
+                    stacklevel=2, module=module)
     return serialize(module, emit_bytecode, emit_portable_artifact)
 
 
@@ -312,7 +351,7 @@ def _rewrite_lowered(lowered, pipeline, options, stacklevel: int):
     options = _with_target(options, compat.lowering_platforms(lowered))
     module = _copy(lowered.compiler_ir("stablehlo"))
     sites = _rewrite(module, pipeline, True, None, options, "rewrite_lowered")
-    _warn_unchanged(sites, stacklevel + 1)
+    _warn_unchanged(sites, stacklevel + 1, module)
     return compat.replace_lowered_module(lowered, module)
 
 
@@ -341,7 +380,7 @@ def _rewrite_exported(exported, pipeline, options, stacklevel: int):
     options = _with_target(options, exported.platforms)
     module = parse(exported.mlir_module())
     _warn_unchanged(_rewrite(module, pipeline, True, None, options, "rewrite_exported"),
-                    stacklevel + 1)
+                    stacklevel + 1, module)
     payload = serialize(module, portable_artifact=True)
     get_vjp = exported._get_vjp
     if get_vjp is not None:

@@ -26,7 +26,7 @@ from typing import Callable
 from jaxlib.mlir import ir
 
 import overlap_hlo
-from overlap_hlo.api import InputError, pass_defaults, unchanged_summary
+from overlap_hlo.api import InputError, no_collectives_note, pass_defaults, unchanged_summary
 from overlap_hlo.ir import compat
 from overlap_hlo.ir.large_stack import on_large_stack
 from overlap_hlo.ir.locations import describe, file_line_col
@@ -341,6 +341,9 @@ class Driver:
         try:
             pm.run(module.operation)
             self.sites += log.sites
+            note = no_collectives_note(module, log.sites)
+            if note is not None and not self.args.verify_diagnostics:
+                say(f"{PROG}: note: {note}")
             return True
         except ir.MLIRError as err:
             self._add_mlir_error(err)
