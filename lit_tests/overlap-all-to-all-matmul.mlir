@@ -19,7 +19,7 @@
 // CHECK: %[[OUT:.*]] = stablehlo.dynamic_update_slice %{{.*}}, %[[D3]], {{.*}} -> tensor<2x8x8xf32>
 // CHECK-NEXT: return %[[OUT]] : tensor<2x8x8xf32>
 // CHECK-NOT: stablehlo.all_to_all
-// REMARK: remark: overlap-all-to-all-matmul: rewritten: tensor<2x8x16xf32> from chunks along dim 0 of tensor<8x2x16xf32>, concatenated on dim 1 (free dim of operand 0) over groups of 4
+// REMARK: remark: overlap-all-to-all-matmul: rewritten: tensor<2x8x16xf32> from chunks along dim 0 of tensor<8x2x16xf32>, concatenated on dim 1 over groups of 4; multiplied chunk by chunk (free dim of operand 0)
 module @moe attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @moe(%x: tensor<8x2x16xf32>, %w: tensor<2x16x8xf32>) -> tensor<2x8x8xf32> {
     %0 = "stablehlo.all_to_all"(%x) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, concat_dimension = 1 : i64, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, split_count = 4 : i64, split_dimension = 0 : i64}> : (tensor<8x2x16xf32>) -> tensor<2x8x16xf32>
@@ -30,12 +30,24 @@ module @moe attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i
 
 // -----
 
-// The MoE combine: an all_to_all of a dot's result is not decomposed yet: left
-// unchanged, with a remark.
+// The MoE combine: the exchanged tensor is the expert matmul's result. Step k computes
+// chunk (p + k) mod 4 of the product (rows of the lhs's free dim 1, which becomes the
+// split dim) and sends it to position p + k; the chunk received from p - k is written at
+// block (p - k) mod 4 of the concat dim 0. The whole product is never built.
 // CHECK-LABEL: func.func @combine
-// CHECK: stablehlo.dot_general
-// CHECK: "stablehlo.all_to_all"
-// REMARK: remark: overlap-all-to-all-matmul: left unchanged: an all_to_all of a dot's result (an MoE combine) is not decomposed yet
+// CHECK-NOT: stablehlo.all_to_all
+// CHECK: %[[ROWS0:.*]] = stablehlo.dynamic_slice %arg0, {{.*}} sizes = [2, 2, 8]
+// CHECK-NEXT: %[[OWN:.*]] = stablehlo.dot_general %[[ROWS0]], %arg1, {{.*}} -> tensor<2x2x16xf32>
+// CHECK: stablehlo.dynamic_update_slice %{{.*}}, %[[OWN]], {{.*}} : (tensor<8x2x16xf32>, tensor<2x2x16xf32>
+// CHECK: %[[PART1:.*]] = stablehlo.dot_general {{.*}} -> tensor<2x2x16xf32>
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[PART1]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0]]>
+// CHECK: %[[PART2:.*]] = stablehlo.dot_general {{.*}} -> tensor<2x2x16xf32>
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[PART2]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 2], [1, 3], [2, 0], [3, 1]]>
+// CHECK: %[[PART3:.*]] = stablehlo.dot_general {{.*}} -> tensor<2x2x16xf32>
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[PART3]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2]]>
+// CHECK: return %{{.*}} : tensor<8x2x16xf32>
+// CHECK-NOT: stablehlo.all_to_all
+// REMARK: remark: overlap-all-to-all-matmul: rewritten: tensor<8x2x16xf32> from chunks along dim 1 of tensor<2x8x16xf32>, concatenated on dim 0 over groups of 4; the dot's result (an MoE combine) computed chunk by chunk
 module @combine attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @combine(%h: tensor<2x8x8xf32>, %w: tensor<2x8x16xf32>) -> tensor<8x2x16xf32> {
     %0 = stablehlo.dot_general %h, %w, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x8xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>

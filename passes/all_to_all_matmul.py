@@ -1,21 +1,25 @@
-"""overlap-all-to-all-matmul: all_to_all -> dot_general as N-1 permutes interleaved with
-per-chunk dots (MoE dispatch then the expert matmul, Ulysses' head/sequence exchange
-then attention's matmuls).
+"""overlap-all-to-all-matmul: all_to_all <-> dot_general as N-1 permutes interleaved with
+per-chunk dots (MoE dispatch then the expert matmul, the expert output then the MoE
+combine, Ulysses' head/sequence exchange then attention's matmuls).
 
 `all_to_all(x, split_dimension=s, concat_dimension=c)` over a group of N sends chunk j
 of x (along s) to group member j and concatenates the N chunks it receives along c, in
-member order. When the result's dim c is a free dim of the dot that reads it, the dot
-of each received chunk is one block of the dot's result (along the result dim c becomes),
-so the exchange is split into its N steps: in step k (k = 0..N-1) the device at
-position p sends its chunk (p + k) mod N to position p + k with one collective_permute
-and multiplies the chunk it receives, which is position (p - k) mod N's chunk for it and
-lands in block (p - k) mod N. Step 0 is the device's own chunk (no permute); each
-step's dot runs while the next step's chunk travels. The steps are emitted one after
-the other (the shift differs in every step, so there is no loop).
+member order. The exchange is split into its N steps: in step k (k = 0..N-1) the device
+at position p sends chunk (p + k) mod N to position p + k with one collective_permute;
+what it receives is position (p - k)'s chunk for it, block (p - k) mod N along c. Step 0
+is the device's own chunk (no permute). The steps are emitted one after the other (the
+shift differs in every step, so there is no loop).
+
+- The dot reads the exchanged tensor, c a free dim of it: each received chunk is
+  multiplied at once, into block (p - k) of the dot's result; the dot of one step runs
+  while the next step's chunk travels.
+- The exchanged tensor is a dot's result (read by nothing else): chunk (p + k) of the
+  product is computed (the operand, or both for a batch dim, that makes dim s sliced)
+  and sent; the next chunk's dot runs while it travels.
 
 Left unchanged, with a remark: an all_to_all whose result has readers other than one
-dot, reaches it through views, or is a contracting or batch dim of it; an all_to_all
-that reads a dot's result (an MoE combine: not decomposed yet); variadic all_to_alls.
+dot, or whose concat dim is a contracting or batch dim of it; a dot reached through
+views or adds; variadic all_to_alls.
 
 Example:
   overlap-opt --pass-pipeline='builtin.module(overlap-all-to-all-matmul{threshold-mib=0})' in.mlir
@@ -73,65 +77,113 @@ class OverlapAllToAllMatmul(RewritePass):
         split, concat = _attr(exchange, "split_dimension"), _attr(exchange, "concat_dimension")
         readers = [as_op(use.owner) for use in exchange.results[0].uses]
         dots = [r for r in readers if r.name == "stablehlo.dot_general"]
-        if not dots:
-            if summed_dots(producer(exchange.operands[0], split)[0])[0]:
-                raise Unsupported("an all_to_all of a dot's result (an MoE combine) is not "
-                                  "decomposed yet", kind="dot before an all_to_all")
-            if any(r.name in VIEWS and any(as_op(u.owner).name == "stablehlo.dot_general"
-                                                  for u in r.results[0].uses)
-                   for r in readers):
-                raise Unsupported("it reaches its dot through a view (not followed yet)",
-                                  kind="view before the dot")
+        source = exchange.operands[0].owner
+        source = as_op(source) if isinstance(source, (ir.Operation, ir.OpView)) else None
+        if dots:
+            site = self._consumer(exchange, dots[0], readers, split, concat)
+        elif source is not None and source.name == "stablehlo.dot_general":
+            site = self._producer(exchange, source, split, concat)
+        elif summed_dots(producer(exchange.operands[0], split)[0])[0]:
+            raise Unsupported("its operand is a dot's result through views or adds (not "
+                              "followed yet)", kind="view after the dot")
+        elif any(r.name in VIEWS and any(as_op(u.owner).name == "stablehlo.dot_general"
+                                         for u in r.results[0].uses) for r in readers):
+            raise Unsupported("it reaches its dot through a view (not followed yet)",
+                              kind="view before the dot")
+        else:
             raise NoMatch
-        if len(readers) > 1 or len(dots[0].operands) != 2:
+        ring = Ring.from_collective(exchange, scan)
+        count = _attr(exchange, "split_count")
+        if count != ring.size:
+            raise Unsupported(f"split_count {count} differs from the group size {ring.size}")
+        dot = site.dot
+        x, y = exchange.operands[0].type, exchange.results[0].type
+        require_supported_types(x, y, *(v.type for v in (*dot.operands, dot.results[0])))
+        chunk = b.with_dim(x, split, x.shape[split] // count)
+        whole, sliced = traffic(dot, {operand for operand, _ in site.sliced})
+        shape = cost.SiteShape(ring.size, flops(dot), cost.element_name(x.element_type),
+                               tensor_bytes(chunk), _plan(ring.size), whole_bytes=whole,
+                               sliced_bytes=sliced)
+        detail = (f"{y} from chunks along dim {split} of {x}, concatenated on dim "
+                  f"{concat} over groups of {ring.size}; {site.describe()}")
+        return Match(detail, y, ring, shape, lambda bidirectional: _plan(ring.size),
+                     build=site, dots=[dot.location])
+
+    def _consumer(self, exchange, dot, readers, split, concat) -> ExchangeSite:
+        """The dot reads the exchanged tensor: each received chunk is multiplied."""
+        if len(readers) > 1:
             raise Unsupported("its result has readers other than one dot_general")
-        dot = dots[0]
         operand = 0 if dot.operands[0] == exchange.results[0] else 1
         kind, result_dim, _ = DotDims.of(dot).classify(operand, concat)
         if kind != "free":
             raise Unsupported(f"its concat dim is a {kind} dim of the dot (only a free "
                               "dim is split into chunk dots)", kind="concat dim not free")
-        ring = Ring.from_collective(exchange, scan)
-        count = _attr(exchange, "split_count")
-        if count != ring.size:
-            raise Unsupported(f"split_count {count} differs from the group size {ring.size}")
-        x, y = exchange.operands[0].type, exchange.results[0].type
-        require_supported_types(x, y, *(v.type for v in (*dot.operands, dot.results[0])))
-        chunk = b.with_dim(x, split, x.shape[split] // count)
-        whole, sliced = traffic(dot, {operand})
-        shape = cost.SiteShape(ring.size, flops(dot), cost.element_name(x.element_type),
-                               tensor_bytes(chunk), _plan(ring.size), whole_bytes=whole,
-                               sliced_bytes=sliced)
-        detail = (f"{y} from chunks along dim {split} of {x}, concatenated on dim "
-                  f"{concat} (free dim of operand {operand}) over groups of {ring.size}")
-        return Match(detail, y, ring, shape, lambda bidirectional: _plan(ring.size),
-                     build=ExchangeSite(exchange, dot, operand, split, concat, result_dim),
-                     dots=[dot.location])
+        return ExchangeSite(exchange, dot, split, concat, result_dim, ((operand, concat),),
+                            before=False)
+
+    def _producer(self, exchange, dot, split, concat) -> ExchangeSite:
+        """The exchanged tensor is the dot's result: each chunk is computed, then sent."""
+        if len(list(dot.results[0].uses)) > 1:
+            raise Unsupported("the dot's result has readers other than the all_to_all")
+        sources = tuple(DotDims.of(dot).result_source(split))
+        return ExchangeSite(exchange, dot, split, concat, split, sources, before=True)
 
     def emit(self, match, plan, ring, rewriter, scan) -> None:
         s = match.build
-        x = s.exchange.operands[0]
         n = ring.size
+        with ir.InsertionPoint(s.exchange if s.before else s.dot):
+            position = b.ring_position(ring)
+            if s.before:
+                result = self._send_products(s, n, ring, position, scan)
+            else:
+                result = self._multiply_received(s, n, ring, position, scan)
+        if s.before:
+            rewriter.replace_op(s.exchange, [result])
+            rewriter.erase_op(s.dot)
+        else:
+            rewriter.replace_op(s.dot, [result])
+            rewriter.erase_op(s.exchange)
+
+    def _send(self, value, k, ring, scan):
+        return value if k == 0 else b.collective_permute(
+            value, _shift_pairs(ring, k), scan.new_channel() if ring.uses_channel else None)
+
+    def _multiply_received(self, s, n, ring, position, scan) -> ir.Value:
+        """Step k: send chunk (p + k) of the operand, multiply the one received."""
+        x = s.exchange.operands[0]
         chunk_size = x.type.shape[s.split] // n
         block = b.with_dim(x.type, s.split, chunk_size).shape[s.concat]
         result_type = s.dot.results[0].type
         part_type = b.with_dim(result_type, s.result_dim, block)
-        with ir.InsertionPoint(s.dot):
-            position = b.ring_position(ring)
-            result = b.buffer(result_type, self.platform)
-            for k in range(n):
-                mine = b.slice_dim(x, s.split, b.block_offset(position, k, n, chunk_size),
-                                   chunk_size)
-                got = mine if k == 0 else b.collective_permute(
-                    mine, _shift_pairs(ring, k),
-                    scan.new_channel() if ring.uses_channel else None)
-                operands = list(s.dot.operands)
-                operands[s.operand] = got
-                part = b.dot_like(s.dot, *operands, part_type)
-                result = b.update_dim(result, part, s.result_dim,
-                                      b.block_offset(position, k, n, block, sign=-1))
-        rewriter.replace_op(s.dot, [result])
-        rewriter.erase_op(s.exchange)
+        result = b.buffer(result_type, self.platform)
+        (operand, _), = s.sliced
+        for k in range(n):
+            mine = b.slice_dim(x, s.split, b.block_offset(position, k, n, chunk_size),
+                               chunk_size)
+            operands = list(s.dot.operands)
+            operands[operand] = self._send(mine, k, ring, scan)
+            part = b.dot_like(s.dot, *operands, part_type)
+            result = b.update_dim(result, part, s.result_dim,
+                                  b.block_offset(position, k, n, block, sign=-1))
+        return result
+
+    def _send_products(self, s, n, ring, position, scan) -> ir.Value:
+        """Step k: compute chunk (p + k) of the product, send it, place the one
+        received at block (p - k) of the concat dim."""
+        product = s.dot.results[0].type
+        chunk_size = product.shape[s.split] // n
+        part_type = b.with_dim(product, s.split, chunk_size)
+        block = part_type.shape[s.concat]
+        result = b.buffer(s.exchange.results[0].type, self.platform)
+        for k in range(n):
+            offset = b.block_offset(position, k, n, chunk_size)
+            operands = list(s.dot.operands)
+            for operand, dim in s.sliced:
+                operands[operand] = b.slice_dim(operands[operand], dim, offset, chunk_size)
+            part = b.dot_like(s.dot, *operands, part_type)
+            result = b.update_dim(result, self._send(part, k, ring, scan), s.concat,
+                                  b.block_offset(position, k, n, block, sign=-1))
+        return result
 
 
 @dataclass(frozen=True)
@@ -140,10 +192,17 @@ class ExchangeSite:
 
     exchange: ir.Operation
     dot: ir.Operation
-    operand: int          # which operand of the dot the all_to_all's result is
     split: int
     concat: int
-    result_dim: int       # the dot's result dim that the concat dim becomes
+    result_dim: int       # the dot's result dim that the chunks are blocks of
+    sliced: tuple         # (operand, dim) of the dot split into chunks
+    before: bool          # the dot makes the exchanged tensor (else it reads it)
+
+    def describe(self) -> str:
+        if self.before:
+            return "the dot's result (an MoE combine) computed chunk by chunk"
+        (operand, _), = self.sliced
+        return f"multiplied chunk by chunk (free dim of operand {operand})"
 
 
 def _plan(n: int) -> RingPlan:

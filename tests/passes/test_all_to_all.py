@@ -27,6 +27,15 @@ CASES = {
     "same-dim-rhs": (lambda w, x: w @ A2A(x, "x", 1, 1, tiled=True),
                      [((24, 32), P()), ((32, 64), P())], P(None, "x"), (8,), ("x",)),
     # a subgroup: 4 of the 8 devices exchange
+    # MoE combine: the expert matmul's output sent back (capacity split, experts concat)
+    "moe-combine": (lambda h, w: A2A(jnp.einsum("ech,ehm->ecm", h, w), "x", 1, 0, tiled=True),
+                    [((16, 32, 24), P("x")), ((16, 24, 32), P("x"))], P(None, "x"),
+                    (8,), ("x",)),
+    # the split dim from a batch dim of the dot (both operands sliced)
+    "combine-batch-split": (lambda h, w: A2A(jnp.einsum("ech,ehm->ecm", h, w), "x", 0, 1,
+                                             tiled=True),
+                            [((64, 4, 24), P()), ((64, 24, 16), P())], P(None, "x"),
+                            (8,), ("x",)),
     "subgroup": (lambda x, w: jnp.einsum("ecm,emh->ech", A2A(x, "x", 0, 1, tiled=True), w),
                  [((8, 4, 16), P()), ((8, 16, 12), P("x"))], P("x"),
                  (4, 2), ("x", "y")),
@@ -51,11 +60,10 @@ def _site(fn, inputs, out_specs):
     return site, module
 
 
-def test_a_combine_after_a_dot_is_left_unchanged_with_a_remark():
-    site, module = _site(lambda h, w: A2A(jnp.einsum("ech,ehm->ecm", h, w), "x", 1, 0,
-                                          tiled=True),
-                         [((16, 32, 24), P("x")), ((16, 24, 32), P("x"))], P(None, "x"))
-    assert not site.applied and site.kind == "dot before an all_to_all"
+def test_a_dot_reached_through_a_view_is_left_unchanged_with_a_remark():
+    site, module = _site(lambda h, w: A2A((h @ w).T, "x", 0, 1, tiled=True),
+                         [((32, 24), P()), ((24, 64), P())], P(None, "x"))
+    assert not site.applied and site.kind == "view after the dot"
     assert op_counts(module)["stablehlo.all_to_all"] == 1 and not permutes(module)
 
 
