@@ -111,9 +111,11 @@ def no_collectives_note(module: ir.Module, sites: list[Site]) -> str | None:
     """One line when a module partitioned over several devices gave no candidate site
     because it holds no collective at all, else None."""
     attrs = module.operation.attributes
-    partitions = (ir.IntegerAttr(attrs["mhlo.num_partitions"]).value
-                  if "mhlo.num_partitions" in attrs else 1)
-    if sites or partitions < 2:
+    if sites or "mhlo.num_partitions" not in attrs:
+        return None
+    attr = attrs["mhlo.num_partitions"]
+    partitions = ir.IntegerAttr(attr).value if isinstance(attr, ir.IntegerAttr) else 1
+    if partitions < 2:
         return None
     found = []
 

@@ -41,3 +41,5 @@ def test_no_note_for_modules_with_collectives_or_one_device():
     assert overlap_hlo.no_collectives_note(example, []) is None
     single = overlap_hlo.parse("module { func.func @f() { return } }")
     assert overlap_hlo.no_collectives_note(single, []) is None
+    odd = overlap_hlo.parse('module attributes {mhlo.num_partitions = "8"} {}')
+    assert overlap_hlo.no_collectives_note(odd, []) is None      # not an integer: no claim
