@@ -51,11 +51,11 @@ VIEWS = TRANSPARENT | {f"stablehlo.{name}" for name in ("reshape", "transpose", 
 
 @dataclass(frozen=True)
 class OverlapAllToAllMatmul(RewritePass):
-    """Decompose all_to_all -> dot_general into permutes interleaved with chunk dots."""
+    """Decompose all_to_all <-> dot_general into permutes interleaved with chunk dots."""
 
     name = "overlap-all-to-all-matmul"
     root = stablehlo.AllToAllOp
-    summary = "all_to_all feeding dot_general -> N-1 permutes interleaved with chunk dots"
+    summary = "all_to_all beside dot_general -> N-1 permutes interleaved with chunk dots"
 
     def dots_beside(self, op) -> list[ir.Operation]:
         readers = [as_op(use.owner) for use in op.results[0].uses]

@@ -28,7 +28,7 @@
 // CHECK: Options:
 // CHECK-NEXT: threshold-mib=<float>  (default: unset)
 // CHECK-LABEL: overlap-all-to-all-matmul
-// CHECK-NEXT: all_to_all feeding dot_general
+// CHECK-NEXT: all_to_all beside dot_general
 // CHECK: Options:
 // CHECK-NEXT: threshold-mib=<float>  (default: unset)
 // CHECK: Upstream MLIR passes such as canonicalize and cse can be used in --pass-pipeline
