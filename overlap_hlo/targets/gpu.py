@@ -39,6 +39,13 @@ class TargetMismatch(GpuError):
 
 ERRORS = aot.Errors(GpuError, TargetMismatch, "XLA's GPU compiler")
 COMPILER_OPTIONS = {"xla_gpu_enable_latency_hiding_scheduler": True}
+# What a rewritten module is compiled with (README, "Making the permutes overlap"): by
+# default XLA's GPU pipeline merges the two chains of a reduce_scatter ring, their
+# permutes (CollectivePermuteCombiner, up to 30 MiB) and their dots sharing an operand
+# (DotMerger), so the merged permute waits for the merged dot and overlaps nothing.
+RING_FLAGS = {"xla_gpu_collective_permute_combine_threshold_bytes": 0,
+              "xla_gpu_dot_merger_threshold_mb": 0}
+REWRITTEN_OPTIONS = {**COMPILER_OPTIONS, **RING_FLAGS}
 
 
 @dataclass(frozen=True)
@@ -132,9 +139,11 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[0] if text else repr(error)
 
 
-def compile_module(module: ir.Module, tgt: Target) -> aot.Compiled:
-    """Compile `module` for `tgt` (partition i on device i)."""
-    return aot.compile_module(module, tgt.devices, tgt.name, ERRORS, COMPILER_OPTIONS)
+def compile_module(module: ir.Module, tgt: Target, rewritten: bool = False) -> aot.Compiled:
+    """Compile `module` for `tgt` (partition i on device i); a `rewritten` one with
+    RING_FLAGS too."""
+    return aot.compile_module(module, tgt.devices, tgt.name, ERRORS,
+                              REWRITTEN_OPTIONS if rewritten else COMPILER_OPTIONS)
 
 
 def gpu_options(options: dict, tgt: Target) -> dict:
@@ -163,4 +172,4 @@ def compile_pair(source, tgt: Target | str, pipeline: str = DEFAULT_PIPELINE, *,
     original = compile_module(aot.as_module(source), tgt)
     module, sites = aot.rewrite(original.module, pipeline, input_name=input_name,
                                 **gpu_options(options, tgt))
-    return CompiledPair(original, compile_module(module, tgt), sites, tgt)
+    return CompiledPair(original, compile_module(module, tgt, rewritten=True), sites, tgt)

@@ -289,7 +289,7 @@ def build_variants(source, topology: str | tpu.Topology | gpu.Target, variants: 
             **dict(options, hardware=options.get("hardware") or topo.hardware.name))
         key = api.serialize(module, bytecode=True)
         if key not in analyses:
-            analyses[key] = analyze_compiled(kind.compile(module), timing,
+            analyses[key] = analyze_compiled(kind.compile_rewritten(module), timing,
                                              timeline, trip_counts)
         return _Candidate(module, sites, analyses[key])
 
@@ -339,6 +339,7 @@ class _Kind:
     platform: str
     timing: Timing
     compile: Callable
+    compile_rewritten: Callable      # with the flags rewritten modules are compiled with
     options: Callable[[dict], dict]
     times: str = ""
 
@@ -348,12 +349,14 @@ class _Kind:
             hw = topo.hardware
             return cls("GPU", GpuTiming(hw, 0.0, topo.device_count),
                        lambda module: gpu.compile_module(module, topo),
+                       lambda module: gpu.compile_module(module, topo, rewritten=True),
                        lambda options: gpu.gpu_options(options, topo),
                        f"kernels priced by the analytic model on {hw.name}, not XLA's "
-                       "estimates")
+                       "estimates; rewritten modules compiled with " + " ".join(
+                           f"--{flag}={value}" for flag, value in gpu.RING_FLAGS.items()))
+        compile_for = lambda module: tpu.compile_module(module, topo)  # noqa: E731
         return cls("TPU", Timing(topo.hardware, topo.chip.clock_ghz, topo.device_count,
-                                 topo.links),
-                   lambda module: tpu.compile_module(module, topo),
+                                 topo.links), compile_for, compile_for,
                    lambda options: tpu.tpu_options(options, topo))
 
 

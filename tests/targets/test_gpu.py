@@ -132,3 +132,31 @@ def test_cli_target_errors(argv, message, capsys):
     code = report_cli.main([str(ROOT / "examples" / "transformer_layer.mlir"), *argv])
     assert code == (1 if "unknown" in message else 2)
     assert message in capsys.readouterr().err
+
+
+def scattered_dot(a, b):
+    return jax.lax.psum_scatter(a @ b, "x", scatter_dimension=0, tiled=True)
+
+
+def lowered_scatter(tgt: gpu.Target):
+    mesh = Mesh(np.array(tgt.devices), ("x",))
+    n = tgt.device_count
+    specs = (P(None, "x"), P("x", None))
+    fn = jax.jit(jax.shard_map(scattered_dot, mesh=mesh, in_specs=specs, out_specs=P("x")))
+    return fn.lower(
+        jax.ShapeDtypeStruct((M * n, K * n), jnp.bfloat16, sharding=NamedSharding(mesh, specs[0])),
+        jax.ShapeDtypeStruct((K * n, N), jnp.bfloat16, sharding=NamedSharding(mesh, specs[1])))
+
+
+def test_ring_flags_keep_the_scatter_chains_apart(monkeypatch):
+    """A one-stream reduce_scatter ring has two chains whose permutes and dots XLA's GPU
+    pipeline merges by default (the merged permute then waits for the merged dot); with
+    RING_FLAGS every permute has a GEMM between its start and done."""
+    with_flags = report.build(lowered_scatter(H100), H100, threshold_mib=0,
+                              bidirectional=False)
+    assert with_flags.permutes and with_flags.overlapped == with_flags.permutes
+    assert with_flags.synchronous == 0
+    monkeypatch.setattr(gpu, "REWRITTEN_OPTIONS", gpu.COMPILER_OPTIONS)
+    merged = report.build(lowered_scatter(H100), H100, threshold_mib=0, bidirectional=False)
+    assert merged.permutes < with_flags.permutes        # chains' permutes combined
+    assert merged.overlapped < merged.permutes
