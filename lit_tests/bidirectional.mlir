@@ -2,6 +2,7 @@
 // RUN: overlap-opt %s --threshold-mib=0 --bidirectional --split-input-file | FileCheck %s --check-prefix=FLAG
 // RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0},overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file | FileCheck %s --check-prefix=ONEWAY
 // RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 bidirectional=true},overlap-matmul-reduce-scatter{threshold-mib=0 bidirectional=true})' --split-input-file | FileCheck %s --check-prefix=SENDS
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-matmul-reduce-scatter{threshold-mib=0 bidirectional=true target=gpu})' --split-input-file | FileCheck %s --check-prefix=GPU
 
 // bidirectional=true: two streams, one shifting down the ring (position q sends to
 // q-1, so after k shifts p holds the shard of p+k) and one shifting up (q sends to
@@ -536,6 +537,16 @@ module attributes {mhlo.num_partitions = 5 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: %[[R4_OUT:.*]] = stablehlo.add %[[R4_S1]], %[[R4_AU]]
 // CHECK-NEXT: return %[[R4_OUT]] : tensor<2x8xf32>
 // CHECK-NOT: stablehlo.reduce_scatter
+// target=gpu: the up stream's sum (arrived last round) is added to the own block's dot
+// behind an optimization_barrier and the down stream's (sent this round) after it, so
+// XLA's GPU GEMM, which fuses its adds, does not wait for the last transfer.
+// GPU-LABEL: func.func @rs_free_lhs_4
+// GPU: %[[G_AD:.*]] = "stablehlo.collective_permute"({{.*}}handle = 4, type = 1>
+// GPU: %[[G_OWN:.*]] = stablehlo.dot_general
+// GPU-NEXT: %[[G_S1:.*]] = stablehlo.add %[[G_OWN]], %[[G_AU:.*]] : tensor<2x8xf32>
+// GPU-NEXT: %[[G_B:.*]] = stablehlo.optimization_barrier %[[G_S1]]
+// GPU-NEXT: %[[G_OUT:.*]] = stablehlo.add %[[G_B]], %[[G_AD]]
+// GPU-NEXT: return %[[G_OUT]] : tensor<2x8xf32>
 // FLAG-LABEL: func.func @rs_free_lhs_4
 // FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4]]>
 // ONEWAY-LABEL: func.func @rs_free_lhs_4

@@ -310,3 +310,14 @@ def test_shared_round_is_exact_for_f8():
         want = np.asarray(lowered.compile()(*args))
         got = np.asarray(new.compile()(*args))
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("case", ["free-lhs", "batch"])
+def test_gpu_form_of_a_two_stream_scatter_ring(case):
+    """target=gpu: the own block's dot adds the up stream's sum behind a barrier and the
+    down stream's after it (so XLA's GPU GEMM does not wait for the last transfer);
+    the same numbers on the 8 host devices."""
+    fn, inputs, out_specs = SCATTER_CASES[case]
+    counts = check(Program(fn, (8,), ("x",), inputs, out_specs), pipeline=(
+        "builtin.module(overlap-matmul-reduce-scatter{bidirectional=true target=gpu})"))
+    assert counts["stablehlo.optimization_barrier"] == 1
