@@ -53,6 +53,21 @@ def verification_error(op: ir.Operation) -> str | None:
     return None
 
 
+def contains(module_op: ir.Operation, name: str) -> bool:
+    """Whether an op named `name` is anywhere in `module_op` (the walk stops at the
+    first)."""
+    found = []
+
+    def visit(op):
+        if op.name == name:
+            found.append(op)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(visit)
+    return bool(found)
+
+
 def restore(module_op: ir.Operation, snapshot: ir.Operation) -> None:
     """Replace the body of `module_op` with a copy of `snapshot`'s."""
     body = module_op.regions[0].blocks[0]
@@ -263,6 +278,8 @@ class RewritePass:
         unchanged and reported as an internal error: the pass starts over from a copy
         of the module taken before it ran, without that site (and, after a module that
         did not verify, verifying after every site to find the one to blame)."""
+        if not contains(module_op, self.root.OPERATION_NAME):
+            return             # no root op: the module's walks below are not needed
         normalize(module_op)   # identical branches inlined, legacy dots as dot_general
         snapshot = module_op.clone()
         broken: dict[int, str] = {}            # site number -> why its rewrite failed
