@@ -315,6 +315,16 @@ class OverlapAllGatherMatmul(RewritePass):
                 raise Unsupported(f"its dot reads it {crossing}: a ring cannot be placed "
                                   "there (gather inside the region to have it decomposed)",
                                   kind="dot across a region boundary")
+            for use in uses:
+                outer = use.user
+                if outer.name == "stablehlo.all_gather" and _gather_dim(outer) != dim and any(
+                        u.user.name == "stablehlo.dot_general" for u in users_through_views(
+                            outer.results[0], _gather_dim(outer))[0]):
+                    raise Unsupported(
+                        f"another all_gather gathers it again along dim {_gather_dim(outer)} "
+                        f"before its dot: gathers of gathers along different dims are not "
+                        "combined into one ring (the outer gather is decomposed alone)",
+                        kind="gather of a gather along another dim")
             raise NoMatch
         ring = Ring.from_collective(gather, scan)
         inner = chained_gather(gather, scan)
@@ -673,3 +683,7 @@ def accumulator_type(result_type: ir.RankedTensorType) -> ir.RankedTensorType:
     if isinstance(elt, ir.FloatType) and elt.width < 32:
         return ir.RankedTensorType.get(result_type.shape, ir.F32Type.get())
     return result_type
+
+
+def _gather_dim(op: ir.Operation) -> int:
+    return ir.IntegerAttr(op.attributes["all_gather_dim"]).value

@@ -79,6 +79,11 @@ class OverlapMatmulReduceScatter(RewritePass):
                 raise Unsupported("a dot of its sum reaches the add through a transpose, "
                                   "reshape or convert: not followed inside a sum",
                                   kind="dot behind a view inside a sum")
+            behind = _dot_behind_reshapes(top)
+            if behind:
+                raise Unsupported(f"its dot reaches it through a {behind} that splits or "
+                                  "merges the scattered dim: not followed",
+                                  kind="reshape of the scattered dim")
             raise NoMatch
         if not is_add_reduction(scatter.regions[0]):
             raise Unsupported("reduction is not a plain add")
@@ -280,6 +285,21 @@ def summed_dots(top: ir.Operation | None
         adds += more[1]
         addends += more[2]
     return (dots, adds, addends) if dots else ([], [], [])
+
+
+def _dot_behind_reshapes(top: ir.Operation | None, limit: int = 8) -> str:
+    """The name of the first reshape or transpose on a chain of single-operand views
+    from `top` back to a dot_general, or "" when no dot is there."""
+    found, op = "", top
+    for _ in range(limit):
+        if op is None or op.name not in ("stablehlo.reshape", "stablehlo.transpose",
+                                         "stablehlo.convert"):
+            break
+        found = found or (op.name.removeprefix("stablehlo.") if op.name != "stablehlo.convert"
+                          else "")
+        owner = op.operands[0].owner
+        op = as_op(owner) if isinstance(owner, (ir.Operation, ir.OpView)) else None
+    return found if op is not None and op.name == "stablehlo.dot_general" else ""
 
 
 def is_add_reduction(region: ir.Region) -> bool:
