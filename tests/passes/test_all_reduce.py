@@ -67,3 +67,18 @@ def test_no_divisible_dim_is_left_unchanged_with_a_remark():
 def test_an_all_reduce_without_a_dot_is_not_a_site():
     sites, counts = _sites(lambda x: PSUM(jnp.sum(x * x), "x"), [((64, 32), P("x"))], P())
     assert sites == [] and counts["stablehlo.all_reduce"] == 1
+
+
+def test_all_reduce_inside_a_scan_body():
+    """A row-parallel matmul and its psum inside a scanned layer stack (each layer keeps
+    its own slice of the sum): the ring and its all_gather are built inside the loop
+    body."""
+    def layers(x, w):
+        def step(h, wi):
+            y = PSUM(h @ wi, "x")
+            return jax.lax.dynamic_slice_in_dim(y, jax.lax.axis_index("x") * 8, 8, 1), None
+        return jax.lax.scan(step, x, w)[0]
+
+    check(Program(layers, (8,), ("x",), [((16, 64), P(None, "x")),
+                                         ((3, 64, 64), P(None, "x", None))], P(None, "x")),
+          left=GATHER_LEFT, pipeline=ONLY.format(options=""))
