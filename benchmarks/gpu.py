@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import os
 import sys
@@ -35,7 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
 
-from benchmarks.tpu import LARGE, LAYERS, PAPER, QUICK, Dims, lowerings, summary  # noqa: E402
+from benchmarks.tpu import (LARGE, LAYERS, PAPER, QUICK, Dims, lowerings, summary,  # noqa: E402
+                            versions, write_outputs)
 from overlap_hlo.targets import aot, gpu, report  # noqa: E402
 from overlap_hlo.targets.gpu_timing import GpuTiming  # noqa: E402
 
@@ -138,7 +138,6 @@ def main(argv=None) -> int:
                     for c in COLUMNS) + f"  ({r['seconds']:.0f} s)", flush=True)
                 results.append(r)
     seconds = time.perf_counter() - started
-    from benchmarks.tpu import versions
     info = versions()
     text = "\n\n".join([
         f"Date {date}, jax {info.get('jax')}; {seconds:.0f} s. A MODEL of XLA's GPU "
@@ -147,13 +146,8 @@ def main(argv=None) -> int:
         "ones), predicted step time, GPU temporaries.",
         verdict(results), table(results)])
     print(text)
-    if args.table:
-        with open(args.table, "w") as f:
-            f.write(text + "\n")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"date": date, "seconds": seconds, "versions": info,
-                       "results": results}, f, indent=1)
+    write_outputs(text, args.table, args.json,
+                  {"date": date, "seconds": seconds, "versions": info, "results": results})
     return 0
 
 

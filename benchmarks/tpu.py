@@ -355,6 +355,17 @@ def plot(results: list[dict], path: str) -> None:
     plt.close(fig)
 
 
+def write_outputs(text: str, table: str | None, json_path: str | None, payload: dict) -> None:
+    """The markdown tables and the JSON record, where asked for."""
+    if table:
+        with open(table, "w") as f:
+            f.write(text + "\n")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(payload, f, indent=1)
+        print(f"wrote {json_path}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", metavar="PATH")
@@ -404,13 +415,7 @@ def main(argv=None) -> int:
         model_table(results),
         model_errors(results)])
     print(text)
-    if args.table:
-        with open(args.table, "w") as f:
-            f.write(text + "\n")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({**info, "results": results}, f, indent=1)
-        print(f"wrote {args.json}")
+    write_outputs(text, args.table, args.json, {**info, "results": results})
     if args.plot:
         plot(results, args.plot)
         print(f"wrote {args.plot}")
