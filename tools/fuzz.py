@@ -4,12 +4,13 @@ Each case draws a mesh (1-D to 3-D, axis sizes 2 to 8, at most 8 devices, device
 JAX's order or permuted), the axis or axes to gather/scatter over (several in either
 order), which mesh axes the shard_map makes manual (all, or only some), a dot layout
 (batch, contracting and free dims, each operand's dims in random order), which operand
-and dim is gathered (or which result dim is scattered), sizes (divisible by the group
-where the collective needs it, any size elsewhere), an element type (f32, bf16, f16;
-f8 for gathers), what surrounds the site (CONTEXTS: branches, loops, nested jax.jit
-calls, a stage under a branch), the export form (Shardy or GSPMD) and the pass options
-(bidirectional, unroll). The program is built with jax.shard_map, lowered, rewritten
-with threshold-mib=0, and both versions run on the same random inputs and are compared.
+and dim is gathered (or which result dim is scattered, or the product summed by a psum),
+sizes (divisible by the group where the collective needs it, any size elsewhere), an
+element type (f32, bf16, f16; f8 for gathers), what surrounds the site (CONTEXTS:
+branches, loops, nested jax.jit calls, a stage under a branch), the export form (Shardy
+or GSPMD) and the pass options (bidirectional, unroll). The program is built with
+jax.shard_map, lowered, rewritten with threshold-mib=0, and both versions run on the
+same random inputs and are compared.
 A few cases come from other generators: dims beyond int32 (checked on the IR),
 reduce_scatters that sum in a wider type than their operand (hand-written modules,
 checked against numpy), and sequences of calls through overlap() with Python and JAX
@@ -67,7 +68,7 @@ class Case:
 
     mesh: tuple[int, ...]
     axes: tuple[str, ...]          # the collective's mesh axes
-    kind: str                      # "gather" or "scatter"
+    kind: str                      # "gather", "scatter" or "all_reduce" (a psum)
     batch: tuple[int, ...]         # sizes of the batch dims
     contracting: tuple[int, ...]
     lhs_free: tuple[int, ...]
@@ -112,7 +113,7 @@ def draw(rng: random.Random, seed: int) -> Case:
     contracting = tuple(size() for _ in range(rng.choice((1, 1, 2))))
     lhs_free = tuple(size() for _ in range(rng.choice((0, 1, 1, 2))))
     rhs_free = tuple(size() for _ in range(rng.choice((0, 1, 1, 2))))
-    kind = rng.choice(("gather", "scatter"))
+    kind = rng.choice(("gather", "scatter", "scatter", "all_reduce"))
     operand = rng.randint(0, 1)
     if kind == "gather":
         own_free = lhs_free if operand == 0 else rhs_free
@@ -148,7 +149,7 @@ def draw(rng: random.Random, seed: int) -> Case:
     shardy = rng.random() < 0.5 or context in ("cond", "device_loop")
     # XLA aborts the process compiling these originals when partially manual: any GSPMD
     # program, and a bf16 reduce_scatter (XLA:CPU, jax 0.10.2 and 0.12).
-    partial_ok = shardy and not (kind == "scatter" and dtype == "bfloat16")
+    partial_ok = shardy and not (kind != "gather" and dtype == "bfloat16")
     lhs_rank = len(batch) + len(contracting) + len(lhs_free)
     rhs_rank = len(batch) + len(contracting) + len(rhs_free)
     return Case(mesh, axes, kind, batch, contracting, lhs_free, rhs_free,
@@ -251,15 +252,17 @@ def build(case: Case):
             y = barrier(around(lambda: jnp.einsum(f"{lhs},{rhs}->{out}", a, w)))
             if case.context == "biased_read":
                 y = y + jnp.asarray(1.0, y.dtype)
-            scattered = jax.lax.psum_scatter(y, axis, scatter_dimension=dim, tiled=True)
+            scattered = (jax.lax.psum(y, axis) if case.kind == "all_reduce" else
+                         jax.lax.psum_scatter(y, axis, scatter_dimension=dim, tiled=True))
             read = case.context in ("other_user", "biased_read")
             return (scattered, jnp.sum(y)) if read else scattered
 
         fn = under_cond(case, names, site)
 
         in_specs = (spec(lhs, False), spec(rhs, False))
-        out_specs = ((spec(out, True), P()) if case.context in ("other_user", "biased_read")
-                     else spec(out, True))
+        result = spec(out, case.kind != "all_reduce")   # a psum's result is replicated
+        out_specs = ((result, P()) if case.context in ("other_user", "biased_read")
+                     else result)
     jitted = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                                    check_vma=False, axis_names=set(case.manual or names)))
     rng = np.random.default_rng(case.seed)
