@@ -13,8 +13,10 @@ jax.shard_map, lowered, rewritten with threshold-mib=0, and both versions run on
 same random inputs and are compared.
 A few cases come from other generators: dims beyond int32 (checked on the IR),
 reduce_scatters that sum in a wider type than their operand (hand-written modules,
-checked against numpy), and sequences of calls through overlap() with Python and JAX
-scalars, static arguments and precision contexts (checked against jax.jit).
+checked against numpy), sequences of calls through overlap() with Python and JAX
+scalars, static arguments and precision contexts (checked against jax.jit), and
+all_to_alls beside a dot (EXCHANGES: MoE dispatch and combine, Ulysses) on random
+meshes, axes, sizes and types.
 
     python -m overlap_hlo.tools.fuzz --cases 1000 [--seed 0]
     overlap-fuzz --cases 1000
@@ -53,6 +55,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")   # host devices; no TPU backend s
 HUGE_SHARE = 0.05      # of the cases: dims beyond int32, checked on the IR only
 PROMOTED_SHARE = 0.04  # reduce_scatters summing in a wider type (hand-written modules)
 API_SHARE = 0.04       # call sequences through overlap() against jax.jit's
+EXCHANGE_SHARE = 0.10  # all_to_all next to a dot (MoE dispatch and combine, Ulysses)
 CONTEXTS = ("plain",) * 6 + ("cond", "device_loop", "barrier", "other_user", "called",
                              "called_under_cond", "uniform_cond")
 SCATTER_CONTEXTS = CONTEXTS + ("biased_read",)
@@ -187,6 +190,8 @@ def _touched_letter(case: Case) -> str:
 
 def build(case: Case):
     """(jitted shard_map program, inputs) for `case`."""
+    if isinstance(case, ExchangeCase):
+        return build_exchange(case)
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -603,7 +608,86 @@ def draw_any(rng: random.Random, seed: int):
         return draw_promoted(rng, seed)
     if pick < HUGE_SHARE + PROMOTED_SHARE + API_SHARE:
         return draw_api(rng, seed)
+    if pick < HUGE_SHARE + PROMOTED_SHARE + API_SHARE + EXCHANGE_SHARE:
+        return draw_exchange(rng, seed)
     return draw(rng, seed=seed)
+
+
+@dataclass(frozen=True)
+class ExchangeCase:
+    """An all_to_all beside a dot, from one of EXCHANGES (sizes a, b, c, d per device
+    and group, the exchanged dims multiples of the group)."""
+
+    mesh: tuple[int, ...]
+    axis: str
+    template: str
+    sizes: tuple[int, int, int, int]
+    dtype: str
+    shardy: bool
+    seed: int
+    bidirectional: bool = False    # not used by the exchange, passed as pass options
+    unroll: int = 1
+
+    def describe(self) -> str:
+        return repr(self)
+
+
+# template -> (einsum, all_to_all before ("in") or after ("out") it, split, concat,
+#              operand shapes as functions of (g, a, b, c, d), their sharded dims, out spec)
+EXCHANGES = {
+    "dispatch": ("ecm,emh->ech", "in", 0, 1,
+                 lambda g, a, b, c, d: ((g * a, b, c), (g * a, c, d)), (None, 0), (0,)),
+    "ulysses": ("shd,hdf->shf", "in", 1, 0,
+                lambda g, a, b, c, d: ((g * a, g * b, c), (g * b, c, d)), (0, 0), (1,)),
+    "combine": ("eck,ekm->ecm", "out", 1, 0,
+                lambda g, a, b, c, d: ((g * a, g * b, c), (g * a, c, d)), (0, 0), (1,)),
+}
+
+
+def draw_exchange(rng: random.Random, seed: int) -> ExchangeCase:
+    mesh = rng.choice(MESHES)
+    return ExchangeCase(mesh, rng.choice(AXES[:len(mesh)]), rng.choice(sorted(EXCHANGES)),
+                        tuple(rng.randint(1, 4) for _ in range(4)),
+                        rng.choice(DTYPES), rng.random() < 0.5, seed)
+
+
+def build_exchange(case: ExchangeCase):
+    """(jitted shard_map program, inputs) for an ExchangeCase."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    names = AXES[:len(case.mesh)]
+    devices = np.array(jax.devices()[:math.prod(case.mesh)]).reshape(case.mesh)
+    axis_type = getattr(jax.sharding, "AxisType", None)
+    types = {} if axis_type is None else {"axis_types": (axis_type.Auto,) * len(names)}
+    mesh = jax.sharding.Mesh(devices, names, **types)
+    g = dict(zip(names, case.mesh))[case.axis]
+    einsum, where, split, concat, shapes, sharded, out_dims = EXCHANGES[case.template]
+    dtype = getattr(jnp, case.dtype)
+
+    def spec(rank, dim):
+        return P(*[case.axis if d == dim else None for d in range(rank)])
+
+    def fn(x, w):
+        if where == "in":
+            x = jax.lax.all_to_all(x, case.axis, split, concat, tiled=True)
+        y = jnp.einsum(einsum, x, w)
+        return jax.lax.all_to_all(y, case.axis, split, concat, tiled=True) \
+            if where == "out" else y
+
+    global_shapes = shapes(g, *case.sizes)
+    in_specs = tuple(spec(len(shape), dim) for shape, dim in zip(global_shapes, sharded))
+    out_specs = spec(3, out_dims[0])
+    jitted = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                   check_vma=False))
+    rng = np.random.default_rng(case.seed)
+    inputs = [jax.device_put(jnp.asarray(rng.standard_normal(shape), dtype),
+                             NamedSharding(mesh, s))
+              for shape, s in zip(global_shapes, in_specs)]
+    return jitted, inputs
 
 
 def main(argv=None) -> int:

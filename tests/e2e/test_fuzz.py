@@ -98,3 +98,10 @@ def test_a_dot_behind_a_transpose_inside_a_sum_is_reported():
                      bidirectional=True, unroll=1, seed=3, context="biased_read")
     outcome, detail = fuzz.run(case)
     assert outcome == "unchanged" and "not followed inside a sum" in detail
+
+
+@pytest.mark.parametrize("template", sorted(fuzz.EXCHANGES))
+def test_all_to_all_exchanges_agree(template):
+    """An all_to_all beside a dot, each template on a group of 4 of a 2-D mesh, in f32."""
+    case = fuzz.ExchangeCase((2, 4), "y", template, (2, 3, 2, 3), "float32", True, 7)
+    assert fuzz.run(case)[0] == "rewritten"
