@@ -68,9 +68,11 @@ class Hardware:
     def dot_us(self, flops: float, nbytes: float, element_type: str) -> float:
         """A dot's time on a roofline: its FLOPs or the bytes it reads and writes in
         device memory, whichever takes longer."""
-        memory = (nbytes / (self.hbm_gbps * 1e9 * MEMORY_EFFICIENCY) * 1e6
-                  if self.hbm_gbps else 0.0)
-        return max(self.matmul_us(flops, element_type), memory)
+        return max(self.matmul_us(flops, element_type), self.memory_us(nbytes))
+
+    def memory_us(self, nbytes: float) -> float:
+        """Moving `nbytes` through device memory (0 when the profile has no bandwidth)."""
+        return nbytes / (self.hbm_gbps * 1e9 * MEMORY_EFFICIENCY) * 1e6 if self.hbm_gbps else 0.0
 
     def step_us(self, block_bytes: float) -> float:
         """The overhead of one ring round shifting blocks of `block_bytes`."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from overlap_hlo.plan import cost
 from overlap_hlo.targets.hlo_proto import Instruction, ModuleProto
 from overlap_hlo.targets.schedule import Timing, contains_matmul
 
@@ -48,7 +47,7 @@ class GpuTiming(Timing):
             if dot is not None:
                 return self.hardware.dot_us(gemm_flops(proto, dot), _traffic(proto, instr),
                                             element_name(proto.operands(dot)[0]))
-        return memory_us(self.hardware, kernel_bytes(proto, instr))
+        return self.hardware.memory_us(kernel_bytes(proto, instr))
 
 
 def gemm_flops(proto: ModuleProto, dot: Instruction) -> float:
@@ -65,12 +64,6 @@ def gemm_flops(proto: ModuleProto, dot: Instruction) -> float:
 
 def element_name(instr: Instruction) -> str:
     return ELEMENT_NAMES.get(instr.shape.element_type, "default")
-
-
-def memory_us(hw: cost.Hardware, nbytes: float) -> float:
-    if not hw.hbm_gbps:
-        return 0.0
-    return nbytes / (hw.hbm_gbps * 1e9 * cost.MEMORY_EFFICIENCY) * 1e6
 
 
 def kernel_bytes(proto: ModuleProto, instr: Instruction) -> int:
