@@ -14,6 +14,7 @@ from jaxlib.mlir import ir
 import overlap_hlo.passes  # noqa: F401  (registers the passes with the pipeline)
 from overlap_hlo.ir import compat
 from overlap_hlo.ir.large_stack import on_large_stack
+from overlap_hlo.ir.ops import contains
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE, build_pass_manager, registered_passes
 from overlap_hlo.rewrite.site import Site, SiteLog
 
@@ -115,18 +116,7 @@ def no_collectives_note(module: ir.Module, sites: list[Site]) -> str | None:
         return None
     attr = attrs["mhlo.num_partitions"]
     partitions = ir.IntegerAttr(attr).value if isinstance(attr, ir.IntegerAttr) else 1
-    if partitions < 2:
-        return None
-    found = []
-
-    def visit(op):
-        if op.name in COLLECTIVE_OPS:
-            found.append(op.name)
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    if found:
+    if partitions < 2 or contains(module.operation, COLLECTIVE_OPS):
         return None
     return (f"the module runs on {partitions} devices but holds no collective to overlap: "
             "XLA's SPMD partitioner adds them when it compiles (an auto-sharded jax.jit). "

@@ -288,7 +288,7 @@ class OverlapAllGatherMatmul(RewritePass):
 
     def match(self, op, scan, settled=None):
         gather = op.operation
-        dim = ir.IntegerAttr(gather.attributes["all_gather_dim"]).value
+        dim = _gather_dim(gather)
         uses, values = users_through_views(gather.results[0], dim)
         dots = []
         for use in uses:

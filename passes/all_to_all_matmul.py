@@ -146,7 +146,7 @@ class OverlapAllToAllMatmul(RewritePass):
 
     def _send(self, value, k, ring, scan):
         return value if k == 0 else b.collective_permute(
-            value, _shift_pairs(ring, k), scan.new_channel() if ring.uses_channel else None)
+            value, ring.shift_pairs(-k), scan.new_channel() if ring.uses_channel else None)
 
     def _multiply_received(self, s, n, ring, position, scan) -> ir.Value:
         """Step k: send chunk (p + k) of the operand, multiply the one received."""
@@ -209,13 +209,6 @@ def _plan(n: int) -> RingPlan:
     """Priced as a one-stream gather ring of the chunks: N-1 transfers of a chunk, each
     beside one chunk's dot."""
     return RingPlan(GATHER, n)
-
-
-def _shift_pairs(ring: Ring, k: int) -> list[tuple[int, int]]:
-    """Position q sends to position q + k in every group."""
-    n = ring.size
-    return [(ring.member(g, q), ring.member(g, (q + k) % n))
-            for g in range(len(ring.groups)) for q in range(n)]
 
 
 def _attr(op: ir.Operation, name: str) -> int:

@@ -173,7 +173,6 @@ class OverlapMatmulReduceScatter(RewritePass):
                     erased.add(hash(op))
                     rewriter.erase_op(op)
 
-
     def completed(self, site: ScatterSite, block: ir.Value, scan) -> ir.Value:
         """What replaces the collective, from this device's block of the sum."""
         return block
@@ -288,18 +287,18 @@ def summed_dots(top: ir.Operation | None
 
 
 def _dot_behind_reshapes(top: ir.Operation | None, limit: int = 8) -> str:
-    """The name of the first reshape or transpose on a chain of single-operand views
-    from `top` back to a dot_general, or "" when no dot is there."""
-    found, op = "", top
-    for _ in range(limit):
-        if op is None or op.name not in ("stablehlo.reshape", "stablehlo.transpose",
-                                         "stablehlo.convert"):
-            break
-        found = found or (op.name.removeprefix("stablehlo.") if op.name != "stablehlo.convert"
-                          else "")
+    """The first reshape or transpose ("reshape", "transpose") on a chain of reshapes,
+    transposes and converts from `top` back to a dot_general, or "" when the chain
+    reaches no dot or holds only converts."""
+    chain, op = [], top
+    while op is not None and len(chain) < limit and op.name in (
+            "stablehlo.reshape", "stablehlo.transpose", "stablehlo.convert"):
+        chain.append(op.name.removeprefix("stablehlo."))
         owner = op.operands[0].owner
         op = as_op(owner) if isinstance(owner, (ir.Operation, ir.OpView)) else None
-    return found if op is not None and op.name == "stablehlo.dot_general" else ""
+    shaping = [name for name in chain if name != "convert"]
+    return shaping[0] if shaping and op is not None and op.name == "stablehlo.dot_general" \
+        else ""
 
 
 def is_add_reduction(region: ir.Region) -> bool:

@@ -75,7 +75,8 @@ class Ring:
         return table
 
     def shift_pairs(self, sign: int = 1) -> list[tuple[int, int]]:
-        """Source/target pairs sending position q's buffer to position q - sign.
+        """Source/target pairs sending position q's buffer to position q - sign (a ring
+        step with sign +1 or -1; a shift by k positions with sign -k).
 
         After k shifts with sign +1 position p holds the buffer of p + k; with -1, of
         p - k."""

@@ -24,6 +24,7 @@ from jaxlib.mlir import ir
 from overlap_hlo.ir import compat
 from overlap_hlo.ir.dots import tensor_bytes
 from overlap_hlo.ir.normalize import normalize
+from overlap_hlo.ir.ops import contains
 from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.cost import SiteShape
@@ -51,21 +52,6 @@ def verification_error(op: ir.Operation) -> str | None:
     except ir.MLIRError as err:
         return "; ".join(str(d.message) for d in err.error_diagnostics) or str(err)
     return None
-
-
-def contains(module_op: ir.Operation, name: str) -> bool:
-    """Whether an op named `name` is anywhere in `module_op` (the walk stops at the
-    first)."""
-    found = []
-
-    def visit(op):
-        if op.name == name:
-            found.append(op)
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    module_op.walk(visit)
-    return bool(found)
 
 
 def restore(module_op: ir.Operation, snapshot: ir.Operation) -> None:
