@@ -28,17 +28,17 @@
 // range (an empty tflops map, a zero link bandwidth, a negative latency) or with
 // text that is not JSON. The one error line names the file and the field.
 
-// BADHW: overlap-opt: error: pass 'overlap-all-gather-matmul': unknown hardware 'no-such-chip' (profiles: {{.*}}; or a .json profile file)
+// BADHW: overlap-opt: error: pass 'overlap-matmul-all-reduce': unknown hardware 'no-such-chip' (profiles: {{.*}}; or a .json profile file)
 // BADHW-NOT: remark
 // BADHW-PIPE: overlap-opt: error: pass 'overlap-matmul-reduce-scatter': unknown hardware 'no-such-chip'
-// BADJSON: overlap-opt: error: pass 'overlap-all-gather-matmul': {{.*}}bad-field.json: unknown hardware fields ['warp_speed']
-// NOTFLOPS: {{^}}overlap-opt: error: pass 'overlap-all-gather-matmul': {{.*}}Inputs/empty-tflops.json: 'tflops' must map element types to positive numbers{{$}}
+// BADJSON: overlap-opt: error: pass 'overlap-matmul-all-reduce': {{.*}}bad-field.json: unknown hardware fields ['warp_speed']
+// NOTFLOPS: {{^}}overlap-opt: error: pass 'overlap-matmul-all-reduce': {{.*}}Inputs/empty-tflops.json: 'tflops' must map element types to positive numbers{{$}}
 // NOTFLOPS-NOT: {{.}}
-// ZEROLINK: {{^}}overlap-opt: error: pass 'overlap-all-gather-matmul': {{.*}}Inputs/zero-link.json: 'link_gbps' must be a positive number{{$}}
+// ZEROLINK: {{^}}overlap-opt: error: pass 'overlap-matmul-all-reduce': {{.*}}Inputs/zero-link.json: 'link_gbps' must be a positive number{{$}}
 // ZEROLINK-NOT: {{.}}
-// NEGLAT: {{^}}overlap-opt: error: pass 'overlap-all-gather-matmul': {{.*}}Inputs/negative-latency.json: 'latency_us' must be a number >= 0{{$}}
+// NEGLAT: {{^}}overlap-opt: error: pass 'overlap-matmul-all-reduce': {{.*}}Inputs/negative-latency.json: 'latency_us' must be a number >= 0{{$}}
 // NEGLAT-NOT: {{.}}
-// NOTJSON: {{^}}overlap-opt: error: pass 'overlap-all-gather-matmul': {{.*}}Inputs/not-json.json: not valid JSON: {{.+}}
+// NOTJSON: {{^}}overlap-opt: error: pass 'overlap-matmul-all-reduce': {{.*}}Inputs/not-json.json: not valid JSON: {{.+}}
 // NOTJSON-NOT: {{.}}
 
 // Statistics (stderr): per pass, sites seen and rewritten and the skipped ones by

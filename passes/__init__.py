@@ -5,8 +5,9 @@ from .all_gather_matmul import OverlapAllGatherMatmul
 from .all_to_all_matmul import OverlapAllToAllMatmul
 from .matmul_all_reduce import OverlapMatmulAllReduce
 from .matmul_reduce_scatter import OverlapMatmulReduceScatter
+from .sequence_parallel import OverlapSequenceParallel
 
 ALL_PASSES = (OverlapAllGatherMatmul, OverlapMatmulReduceScatter, OverlapMatmulAllReduce,
-              OverlapAllToAllMatmul)
+              OverlapSequenceParallel, OverlapAllToAllMatmul)
 for _cls in ALL_PASSES:
     register(_cls)

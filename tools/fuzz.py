@@ -16,7 +16,9 @@ reduce_scatters that sum in a wider type than their operand (hand-written module
 checked against numpy), sequences of calls through overlap() with Python and JAX
 scalars, static arguments and precision contexts (checked against jax.jit), and
 all_to_alls beside a dot (EXCHANGES: MoE dispatch and combine, Ulysses) on random
-meshes, axes, sizes and types.
+meshes, axes, sizes and types, and tensor-parallel blocks (BlockCase: psums after
+row-parallel matmuls, residual adds and norms between them, in a scan or not, the
+batch split over another mesh axis or not).
 
     python -m overlap_hlo.tools.fuzz --cases 1000 [--seed 0]
     overlap-fuzz --cases 1000
@@ -56,6 +58,7 @@ HUGE_SHARE = 0.05      # of the cases: dims beyond int32, checked on the IR only
 PROMOTED_SHARE = 0.04  # reduce_scatters summing in a wider type (hand-written modules)
 API_SHARE = 0.04       # call sequences through overlap() against jax.jit's
 EXCHANGE_SHARE = 0.10  # all_to_all next to a dot (MoE dispatch and combine, Ulysses)
+BLOCK_SHARE = 0.10     # tensor-parallel blocks: psum, residual, norm, next dot
 CONTEXTS = ("plain",) * 6 + ("cond", "device_loop", "barrier", "other_user", "called",
                              "called_under_cond", "uniform_cond")
 SCATTER_CONTEXTS = CONTEXTS + ("biased_read",)
@@ -192,6 +195,8 @@ def build(case: Case):
     """(jitted shard_map program, inputs) for `case`."""
     if isinstance(case, ExchangeCase):
         return build_exchange(case)
+    if isinstance(case, BlockCase):
+        return build_block(case)
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -610,6 +615,8 @@ def draw_any(rng: random.Random, seed: int):
         return draw_api(rng, seed)
     if pick < HUGE_SHARE + PROMOTED_SHARE + API_SHARE + EXCHANGE_SHARE:
         return draw_exchange(rng, seed)
+    if pick < HUGE_SHARE + PROMOTED_SHARE + API_SHARE + EXCHANGE_SHARE + BLOCK_SHARE:
+        return draw_block(rng, seed)
     return draw(rng, seed=seed)
 
 
@@ -687,6 +694,89 @@ def build_exchange(case: ExchangeCase):
     inputs = [jax.device_put(jnp.asarray(rng.standard_normal(shape), dtype),
                              NamedSharding(mesh, s))
               for shape, s in zip(global_shapes, in_specs)]
+    return jitted, inputs
+
+
+@dataclass(frozen=True)
+class BlockCase:
+    """`layers` Megatron MLP sublayers, x + psum(act(norm(x) @ w1) @ w2), over mesh axis
+    `axis` (the batch split over `batch_axis` when there is one), in a scan or not."""
+
+    mesh: tuple[int, ...]
+    axis: str
+    batch_axis: str | None
+    layers: int
+    norm: str                      # "rms", "layer" or "none"
+    activation: str                # "gelu", "silu" or "relu"
+    sizes: tuple[int, int, int, int]   # batch, rows per device, model, hidden per device
+    scanned: bool
+    dtype: str
+    shardy: bool
+    seed: int
+    bidirectional: bool = False
+    unroll: int = 1
+
+    def describe(self) -> str:
+        return repr(self)
+
+
+def draw_block(rng: random.Random, seed: int) -> BlockCase:
+    mesh = rng.choice(MESHES)
+    names = AXES[:len(mesh)]
+    axis = rng.choice(names)
+    others = [a for a in names if a != axis]
+    return BlockCase(mesh, axis, rng.choice(others) if others and rng.random() < 0.5 else None,
+                     rng.randint(1, 3), rng.choice(("rms", "layer", "none")),
+                     rng.choice(("gelu", "silu", "relu")),
+                     tuple(rng.randint(1, 4) for _ in range(4)), rng.random() < 0.3,
+                     rng.choice(("float32", "float32", "bfloat16")), rng.random() < 0.5, seed,
+                     rng.random() < 0.5, rng.choice((1, 1, 2)))
+
+
+def build_block(case: BlockCase):
+    """(jitted shard_map program, inputs) for a BlockCase."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    names = AXES[:len(case.mesh)]
+    devices = np.array(jax.devices()[:math.prod(case.mesh)]).reshape(case.mesh)
+    axis_type = getattr(jax.sharding, "AxisType", None)
+    types = {} if axis_type is None else {"axis_types": (axis_type.Auto,) * len(names)}
+    mesh = jax.sharding.Mesh(devices, names, **types)
+    sizes = dict(zip(names, case.mesh))
+    g, b = sizes[case.axis], sizes.get(case.batch_axis, 1)
+    batch, rows, model, hidden = case.sizes
+    act = {"gelu": jax.nn.gelu, "silu": jax.nn.silu, "relu": jax.nn.relu}[case.activation]
+
+    def norm(h):
+        if case.norm == "none":
+            return h
+        if case.norm == "layer":
+            h = h - h.mean(-1, keepdims=True)
+        return h * jax.lax.rsqrt(jnp.mean(h * h, -1, keepdims=True) + 1e-5)
+
+    def sublayer(x, w1, w2):
+        return x + jax.lax.psum(act(norm(x) @ w1) @ w2, case.axis)
+
+    def fn(x, w1, w2):
+        if case.scanned:
+            return jax.lax.scan(lambda h, ws: (sublayer(h, *ws), None), x, (w1, w2))[0]
+        for i in range(case.layers):
+            x = sublayer(x, w1[i], w2[i])
+        return x
+
+    shapes = [(b * batch, g * rows, model), (case.layers, model, g * hidden),
+              (case.layers, g * hidden, model)]
+    in_specs = (P(case.batch_axis), P(None, None, case.axis), P(None, case.axis))
+    jitted = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_specs,
+                                   out_specs=P(case.batch_axis), check_vma=False))
+    rng = np.random.default_rng(case.seed)
+    inputs = [jax.device_put(jnp.asarray(rng.standard_normal(shape) / math.sqrt(shape[-1]),
+                                         getattr(jnp, case.dtype)), NamedSharding(mesh, s))
+              for shape, s in zip(shapes, in_specs)]
     return jitted, inputs
 
 

@@ -133,7 +133,7 @@ def list_passes() -> str:
         lines += [f"  {name}", f"      {cls.summary}"]
         doc = inspect.getdoc(cls) or ""
         lines += [f"      {line}" for line in doc.split("\n\n")[0].splitlines()]
-        lines.append("      Options:")
+        lines.append("      Options:" if cls.options() else "      Options: none")
         for option, spec in cls.options().items():
             kind = spec.type if isinstance(spec.type, str) else spec.type.__name__
             kind = kind.replace(" | None", "")

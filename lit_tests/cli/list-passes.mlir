@@ -27,12 +27,15 @@
 // CHECK-NEXT: dot_general feeding all_reduce(add)
 // CHECK: Options:
 // CHECK-NEXT: threshold-mib=<float>  (default: unset)
+// CHECK-LABEL: overlap-sequence-parallel
+// CHECK-NEXT: all_gather -> row-wise ops
+// CHECK-NOT: threshold-mib
 // CHECK-LABEL: overlap-all-to-all-matmul
 // CHECK-NEXT: all_to_all beside dot_general
 // CHECK: Options:
 // CHECK-NEXT: threshold-mib=<float>  (default: unset)
 // CHECK: Upstream MLIR passes such as canonicalize and cse can be used in --pass-pipeline
-// CHECK: Default pipeline: builtin.module(overlap-all-gather-matmul,overlap-matmul-reduce-scatter,overlap-matmul-all-reduce,overlap-all-to-all-matmul,canonicalize,cse)
+// CHECK: Default pipeline: builtin.module(overlap-matmul-all-reduce,overlap-sequence-parallel,overlap-all-gather-matmul,overlap-matmul-reduce-scatter,overlap-all-to-all-matmul,canonicalize,cse)
 // CHECK: Hardware profiles:
 // CHECK-DAG: tpu-v5e:
 // CHECK-DAG: h100-sxm:

@@ -21,8 +21,8 @@ from jaxlib.mlir.passmanager import PassManager
 from overlap_hlo.rewrite.rewrite_pass import RewritePass
 from overlap_hlo.rewrite.site import SiteLog
 
-DEFAULT_PIPELINE = ("builtin.module(overlap-all-gather-matmul,"
-                    "overlap-matmul-reduce-scatter,overlap-matmul-all-reduce,"
+DEFAULT_PIPELINE = ("builtin.module(overlap-matmul-all-reduce,overlap-sequence-parallel,"
+                    "overlap-all-gather-matmul,overlap-matmul-reduce-scatter,"
                     "overlap-all-to-all-matmul,canonicalize,cse)")
 MAX_PIPELINE_NESTING = 64   # anchors inside anchors; MLIR's own parser recurses too
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")

@@ -419,7 +419,12 @@ class _Walker:
         """The collective a start stands for ("slice" for an async slice: no transfer)."""
         if instr.opcode == "async-start":
             wrapped = [c.root for c in self.proto.called(instr)]
-            return wrapped[0].opcode if wrapped else ""
+            root = wrapped[0] if wrapped else None
+            if root is not None and root.opcode == "fusion":   # XLA:GPU fuses a collective
+                inner = [i for c in self.proto.called(root) for i in c.instructions
+                         if i.opcode in COLLECTIVES]
+                return inner[0].opcode if inner else root.opcode
+            return root.opcode if root is not None else ""
         return instr.opcode.removesuffix("-start")
 
     def transfer_bytes(self, instr: Instruction) -> tuple[str, int, int]:

@@ -530,7 +530,8 @@ def test_list_passes(capsys):
     out = capsys.readouterr().out
     for name, cls in overlap_hlo.registered_passes().items():
         assert f"  {name}\n" in out and cls.summary in out
-    every_pass = len(ALL_PASSES)
+    every_pass = len(ALL_PASSES) - 1   # overlap-sequence-parallel has no options
+    assert "Options: none" in out
     assert out.count("threshold-mib=<float>  (default: unset)") == every_pass
     assert out.count("bidirectional=<bool>  (default: unset)") == every_pass  # by the model
     assert out.count("unroll=<int>  (default: unset)") == every_pass   # 2 for TPU, else 1

@@ -62,7 +62,7 @@ def test_bad_profile_is_one_usage_error(case, tmp_path, capsys):
     code, err = run_with_profile(tmp_path, path, capsys)
     assert code == 2
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith(f"overlap-opt: error: pass 'overlap-all-gather-matmul': {path}: ")
+    assert err.startswith(f"overlap-opt: error: pass 'overlap-matmul-all-reduce': {path}: ")
     assert message in err
     with pytest.raises(ValueError, match=f"^{path}: "):
         cost.hardware(str(path))

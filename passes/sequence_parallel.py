@@ -1,0 +1,513 @@
+"""overlap-sequence-parallel: move the ops after an all_gather onto the shard, so that
+the all_gather reaches the next dot (Megatron's sequence parallelism, done by the
+compiler).
+
+After overlap-matmul-all-reduce, a tensor-parallel block reads
+`x + all_gather(block)` and normalises it before the next dot. Those ops act on each
+row of the gathered dim on its own, so they can run on this device's rows instead:
+`slice(x) + block`, normalised, then gathered right before the dot. The all_gather
+then feeds the dot and overlap-all-gather-matmul turns it into a ring, and the ops
+run on 1/N of the rows.
+
+An op moves onto the shard when each operand is either gathered (along one dim, over
+one group) or the same on every device of the group (then it is sliced to this
+device's rows), and the op keeps rows apart:
+- elementwise ops (and `sdy.sharding_constraint`s that do not shard the dim);
+- `broadcast_in_dim`, `transpose`, and a `reshape` that keeps the dim whole;
+- a `reduce` over other dims (layernorm and RMSnorm statistics).
+Any other reader of a moved value gets an all_gather of its shard. A group of moved
+ops is kept only when one of those all_gathers feeds a dot and they move no more
+bytes than the all_gathers that disappear; otherwise nothing changes.
+
+"The same on every device of the group" is proved, not assumed: constants, values
+entering the shard_map (`sdy.manual_computation`) unsharded along the group's mesh
+axes, results of all_reduce or all_gather over the same groups, and pure ops of those.
+
+Example:
+  overlap-opt --pass-pipeline='builtin.module(overlap-matmul-all-reduce{threshold-mib=0},overlap-sequence-parallel,overlap-all-gather-matmul{threshold-mib=0})' in.mlir
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy, stablehlo
+
+from overlap_hlo.groups.collectives import Ring
+from overlap_hlo.groups.meshes import find_mesh, module_of
+from overlap_hlo.ir.dominance import callee
+from overlap_hlo.ir.dots import tensor_bytes
+from overlap_hlo.ir.lookthrough import DOTS, users_through_views
+from overlap_hlo.ir.ops import as_op, contains
+from overlap_hlo.ir.unsupported import Unsupported
+from overlap_hlo.rewrite import builders as b
+from overlap_hlo.rewrite.rewrite_pass import restore, verification_error
+from overlap_hlo.rewrite.scan import ModuleScan
+from overlap_hlo.rewrite.site import SiteLog
+
+ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
+    "abs", "add", "and", "atan2", "bitcast_convert", "cbrt", "ceil", "clamp", "compare",
+    "convert", "cosine", "count_leading_zeros", "divide", "exponential",
+    "exponential_minus_one", "floor", "imag", "is_finite", "log", "log_plus_one",
+    "logistic", "maximum", "minimum", "multiply", "negate", "not", "or", "popcnt", "power",
+    "real", "reduce_precision", "remainder", "round_nearest_afz", "round_nearest_even",
+    "rsqrt", "select", "shift_left", "shift_right_arithmetic", "shift_right_logical",
+    "sign", "sine", "sqrt", "subtract", "tan", "tanh", "xor")) | frozenset(
+    f"chlo.{name}" for name in (
+        "acos", "acosh", "asin", "asinh", "atan", "atanh", "conj", "cosh", "digamma", "erf",
+        "erf_inv", "erfc", "is_inf", "is_neg_inf", "is_pos_inf", "lgamma", "next_after",
+        "polygamma", "sinh", "square", "tan", "zeta"))
+SHAPE_OPS = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.transpose",
+                       "stablehlo.reshape", "stablehlo.reduce"})
+# Ops whose result may differ between devices that read the same operands.
+DEVICE_DEPENDENT = frozenset(f"stablehlo.{name}" for name in (
+    "partition_id", "replica_id", "rng", "rng_bit_generator", "collective_permute",
+    "collective_broadcast", "all_to_all", "reduce_scatter", "custom_call", "infeed",
+    "outfeed", "send", "recv"))
+VIEWS = frozenset({"sdy.sharding_constraint", "stablehlo.convert", "stablehlo.transpose",
+                   "stablehlo.reshape"})
+MAX_PROOF_DEPTH = 256   # deeper operand chains are not proved the same on every device
+
+
+@dataclass
+class Gathered:
+    """A value that is the all_gather (along `dim`, like `seed`) of a shard."""
+
+    dim: int
+    seed: ir.Operation            # the all_gather whose groups it is gathered over
+    component: int                # the group of moved ops it belongs to
+    shard: ir.Value | None = None  # built once the component is kept
+
+
+@dataclass
+class Move:
+    """An op to rebuild on the shard: per operand, its gathered dim (None: sliced
+    along `slice_dims[i]`, or kept as it is when that is None too)."""
+
+    op: ir.Operation
+    result_dims: list[int]
+    slice_dims: list[int | None]
+    component: int
+
+
+@dataclass
+class Component:
+    seeds: list[ir.Operation] = field(default_factory=list)
+    moves: list[Move] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OverlapSequenceParallel:
+    """Move row-wise ops after an all_gather onto the shard, up to the next dot."""
+
+    name: ClassVar[str] = "overlap-sequence-parallel"
+    root: ClassVar[type] = stablehlo.AllGatherOp
+    summary: ClassVar[str] = (
+        "all_gather -> row-wise ops (residual add, norms, activations) -> dot: the ops "
+        "run on the shard, the all_gather moves next to the dot")
+
+    @classmethod
+    def options(cls) -> dict:
+        return {}   # nothing to decide: the bytes gathered never grow
+
+    @classmethod
+    def from_options(cls, options: dict[str, str]) -> OverlapSequenceParallel:
+        for key in options:
+            raise ValueError(f"pass '{cls.name}' has no option '{key}' (it has none)")
+        return cls()
+
+    def run(self, module_op: ir.Operation, log: SiteLog) -> None:
+        if not contains(module_op, self.root.OPERATION_NAME):
+            return
+        scan = ModuleScan(module_op, "", log.input_name)
+        blocks: dict[int, ir.Block] = {}
+
+        def visit(op):
+            if op.name == self.root.OPERATION_NAME:
+                block = op.block
+                blocks.setdefault(hash(block), block)
+            return ir.WalkResult.ADVANCE
+
+        module_op.walk(visit)
+        snapshot, records = module_op.clone(), []
+        try:
+            for block in blocks.values():
+                _Block(block, scan, records).run()
+            error = verification_error(module_op)
+        except Exception as err:   # noqa: BLE001 - any failure leaves the module as it was
+            error = f"{type(err).__name__}: {err}"
+        if error is not None:
+            restore(module_op, snapshot)
+            records = [(location, False, dict(kind="internal error", reason=(
+                f"internal error: moving ops onto the shard failed ({error}); the "
+                "module is left as it was (please report it)")))
+                for location, _, _ in records[:1]]
+        for location, applied, facts in records:
+            log.add(location, self.name, applied, **facts)
+
+
+class _Block:
+    """The moves in one block: planned from its all_gathers, then kept or dropped per
+    component."""
+
+    def __init__(self, block: ir.Block, scan: ModuleScan, records: list):
+        self.block, self.scan, self.records = block, scan, records
+        self.gathered: dict[ir.Value, Gathered] = {}
+        self.parent: list[int] = []              # union-find over components
+        self.moved: set[ir.Operation] = set()
+        self.moves: list[Move] = []
+        self.same: dict[tuple[ir.Value, tuple], bool] = {}
+        self.rings: dict[int, Ring | None] = {}
+
+    # Planning: no IR is touched.
+
+    def run(self) -> None:
+        for op in self.block.operations:
+            op = op.operation
+            if op.name == "stablehlo.all_gather":
+                if self._seed(op):
+                    continue
+            self._plan(op)
+        if not self.moves:
+            return
+        components: dict[int, Component] = {}
+        for value, g in self.gathered.items():
+            if g.seed == as_op(value.owner) and self._ring(g.seed) is not None:
+                components.setdefault(self._find(g.component), Component()).seeds.append(g.seed)
+        for move in self.moves:
+            components.setdefault(self._find(move.component), Component()).moves.append(move)
+        for component in components.values():
+            if component.moves and self._worth_it(component):
+                self._build(component)
+
+    def _seed(self, op: ir.Operation) -> bool:
+        result = op.results[0].type
+        if (len(op.operands) != 1 or len(op.results) != 1
+                or not isinstance(result, ir.RankedTensorType) or not result.has_static_shape):
+            return False
+        dim = ir.IntegerAttr(op.attributes["all_gather_dim"]).value
+        self.gathered[op.results[0]] = Gathered(dim, op, self._new_component())
+        return True
+
+    def _plan(self, op: ir.Operation) -> None:
+        inputs = [self.gathered.get(v) for v in op.operands]
+        if not any(inputs) or op.name not in ELEMENTWISE | SHAPE_OPS | {
+                "sdy.sharding_constraint"}:
+            return
+        if len({_groups_key(g.seed) for g in inputs if g}) != 1:
+            return
+        seed = next(g for g in inputs if g).seed
+        if self._ring(seed) is None:
+            return
+        rule = _row_rule(op, [g.dim if g else None for g in inputs])
+        if rule is None:
+            return
+        result_dims, slice_dims = rule
+        # an operand read whole (a reduce's init) or sliced must be the same everywhere
+        if not all(g or self._same_everywhere(v, seed) for v, g in zip(op.operands, inputs)):
+            return
+        component = self._new_component()
+        for g in inputs:
+            if g:
+                self._union(component, g.component)
+        self.moves.append(Move(op, result_dims, slice_dims, component))
+        self.moved.add(op)
+        for value, dim in zip(op.results, result_dims):
+            self.gathered[value] = Gathered(dim, seed, component)
+
+    def _worth_it(self, component: Component) -> bool:
+        """One of the new all_gathers feeds a dot, they move at most the bytes of the
+        all_gathers that go, and not only views move (the gather pass sees through
+        those)."""
+        added, feeds_dot = 0.0, False
+        for move in component.moves:
+            for value, dim in zip(move.op.results, move.result_dims):
+                if self._read_elsewhere(value):
+                    added += tensor_bytes(value.type)
+                    feeds_dot |= any(use.user.name in DOTS
+                                     for use in users_through_views(value, dim)[0])
+        removed = sum(tensor_bytes(seed.results[0].type) for seed in component.seeds
+                      if not self._read_elsewhere(seed.results[0]))
+        only_views = all(move.op.name in VIEWS for move in component.moves)
+        return feeds_dot and not only_views and added <= removed
+
+    def _read_elsewhere(self, value: ir.Value) -> bool:
+        """Read by an op that does not move onto the shard."""
+        return any(as_op(use.owner) not in self.moved for use in value.uses)
+
+    # Building.
+
+    def _build(self, component: Component) -> None:
+        ring = self._ring(component.seeds[0])
+        first = self.block.operations[0]
+        with first.location, ir.InsertionPoint(first):
+            position = b.ring_position(ring)
+        moved_here = [m.op for m in component.moves]
+        location = component.seeds[0].location   # read before the seed goes
+        for move in component.moves:
+            op = move.op
+            with op.location, ir.InsertionPoint(op):
+                operands = []
+                for value, dim in zip(op.operands, move.slice_dims):
+                    g = self.gathered.get(value)
+                    if g is not None and g.shard is not None:
+                        operands.append(g.shard)
+                    elif g is not None and g.seed == as_op(value.owner):
+                        operands.append(g.seed.operands[0])
+                    elif dim is not None:
+                        operands.append(_rows_of(value, dim, ring.size, position))
+                    else:
+                        operands.append(value)
+                clone = op.clone(ip=ir.InsertionPoint(op))
+                for i, value in enumerate(operands):
+                    clone.operands[i] = value
+                for result, dim in zip(clone.results, move.result_dims):
+                    shape = result.type
+                    result.set_type(b.with_dim(shape, dim, shape.shape[dim] // ring.size))
+            for value, new in zip(op.results, clone.results):
+                self.gathered[value].shard = new
+        for move in component.moves:
+            for value in move.op.results:
+                if self._read_elsewhere_than(value, moved_here):
+                    self._gather_before(move.op, value, component.seeds[0])
+        for op in reversed(moved_here):
+            op.erase()
+        for seed in component.seeds:
+            if not list(seed.results[0].uses):
+                seed.erase()
+        self.records.append((location, True, dict(detail=(
+            f"{len(moved_here)} ops after {len(component.seeds)} all_gather(s) moved onto "
+            "the shard; the all_gathers now feed the next dots"))))
+
+    def _read_elsewhere_than(self, value: ir.Value, moved: list[ir.Operation]) -> bool:
+        return any(as_op(use.owner) not in moved for use in value.uses)
+
+    def _gather_before(self, op: ir.Operation, value: ir.Value, seed: ir.Operation) -> None:
+        """Readers of `value` other than the moved ops read an all_gather of its shard,
+        built right before `op` (its producer)."""
+        attrs = seed.attributes
+        handle = None
+        if "channel_handle" in attrs:
+            kind = stablehlo.ChannelHandle(attrs["channel_handle"]).channel_type
+            handle = stablehlo.ChannelHandle.get(self.scan.new_channel(), kind)
+        with op.location, ir.InsertionPoint(op):
+            gather = stablehlo.AllGatherOp(
+                [value.type], [self.gathered[value].shard], self.gathered[value].dim,
+                attrs["replica_groups"], channel_handle=handle,
+                use_global_device_ids="use_global_device_ids" in attrs or None)
+        value.replace_all_uses_with(gather.results[0])
+
+    # Facts about values.
+
+    def _ring(self, seed: ir.Operation) -> Ring | None:
+        key = hash(seed)
+        if key not in self.rings:
+            try:
+                ring = Ring.from_collective(seed, self.scan)
+            except Unsupported:
+                ring = None
+            self.rings[key] = ring
+        return self.rings[key]
+
+    def _same_everywhere(self, value: ir.Value, seed: ir.Operation, depth: int = 0) -> bool:
+        """`value` is the same on every device of each of `seed`'s groups."""
+        key = (value, _groups_key(seed))
+        if key in self.same:
+            return self.same[key]
+        if depth > MAX_PROOF_DEPTH:
+            return False
+        g = self.gathered.get(value)
+        owner = value.owner
+        if g is not None:
+            found = _groups_key(g.seed) == _groups_key(seed)
+        elif isinstance(owner, ir.Block):
+            # Assumed while it is proved: a cycle through a loop or a call comes back
+            # here, and the proof is an induction over iterations and calls.
+            before = dict(self.same)
+            self.same[key] = True
+            found = (self._same_carried(value, seed, depth) if _loop_of(owner) else
+                     self._same_argument(value, seed, depth) if _function_of(owner) else
+                     self._unsharded_argument(value, seed))
+            if not found:
+                self.same.clear()
+                self.same.update(before)   # facts proved under the failed assumption go
+        else:
+            op = as_op(owner)
+            name = op.name
+            if name == "func.call":
+                func = callee(op)
+                found = func is not None and self._same_everywhere(
+                    as_op(func.regions[0].blocks[0].operations[-1]).operands[
+                        value.result_number], seed, depth + 1)
+            elif name in ("stablehlo.all_reduce", "stablehlo.all_gather"):
+                found = _groups_key(op) == _groups_key(seed)
+            elif (not name.startswith(("stablehlo.", "chlo.")) or name in DEVICE_DEPENDENT
+                  or (len(op.regions) and name != "stablehlo.reduce")):
+                found = False
+            else:
+                found = all(self._same_everywhere(v, seed, depth + 1) for v in op.operands)
+        self.same[key] = found
+        return found
+
+    def _same_carried(self, value: ir.Value, seed: ir.Operation, depth: int) -> bool:
+        """A while loop's carried value: the same everywhere when it enters the loop and
+        when the body yields it."""
+        loop, i = _loop_of(value.owner), value.arg_number
+        yielded = loop.regions[1].blocks[0].operations[-1].operands[i]
+        return (self._same_everywhere(loop.operands[i], seed, depth + 1)
+                and self._same_everywhere(yielded, seed, depth + 1))
+
+    def _same_argument(self, value: ir.Value, seed: ir.Operation, depth: int) -> bool:
+        """A private function's argument: every call passes a value that is the same
+        everywhere."""
+        func = _function_of(value.owner)
+        visibility = func.attributes["sym_visibility"] if "sym_visibility" in \
+            func.attributes else None
+        if not isinstance(visibility, ir.StringAttr) or visibility.value != "private":
+            return False
+        name = ir.StringAttr(func.attributes["sym_name"]).value
+        callers = self.scan.callers
+        calls = None if name in callers.other else callers.calls.get(name)
+        return bool(calls) and all(
+            self._same_everywhere(call.operands[value.arg_number], seed, depth + 1)
+            for call in calls)
+
+    def _unsharded_argument(self, value: ir.Value, seed: ir.Operation) -> bool:
+        """A shard_map input that devices of one group hold the same of: its
+        in_sharding does not split it over the mesh axes the group spans."""
+        computation = value.owner.owner
+        if computation is None or as_op(computation).name != "sdy.manual_computation":
+            return False
+        computation = as_op(computation)
+        shardings = sdy.TensorShardingPerValueAttr(
+            computation.attributes["in_shardings"]).shardings
+        sharding = sdy.TensorShardingAttr(shardings[value.arg_number])
+        axes = []
+        for dim in sharding.dimension_shardings:
+            for axis in sdy.DimensionShardingAttr(dim).axes:
+                axis = sdy.AxisRefAttr(axis)
+                if axis.sub_axis_info is not None:
+                    return False
+                axes.append(axis.name)
+        if not axes:
+            return True
+        ref = sharding.mesh_or_ref
+        if not isinstance(ref, ir.FlatSymbolRefAttr):
+            return False
+        try:
+            mesh = find_mesh(module_of(computation), ref.value)
+        except Unsupported:
+            return False
+        ring = self._ring(seed)
+        if mesh.has_device_ids or ring is None or ring.kind != "partition":
+            return False
+        sizes = [size for _, size in mesh.axes]
+        coords = np.array(np.unravel_index(np.arange(mesh.size), sizes)).T
+        columns = [mesh.names.index(a) for a in axes]
+        return all(len({tuple(coords[d][columns]) for d in group}) == 1
+                   for group in ring.groups)
+
+    def _new_component(self) -> int:
+        self.parent.append(len(self.parent))
+        return len(self.parent) - 1
+
+    def _find(self, c: int) -> int:
+        while self.parent[c] != c:
+            self.parent[c] = self.parent[self.parent[c]]
+            c = self.parent[c]
+        return c
+
+    def _union(self, a: int, b_: int) -> None:
+        self.parent[self._find(b_)] = self._find(a)
+
+
+def _groups_key(collective: ir.Operation) -> tuple:
+    """Equal for collectives over the same groups of the same kind of ids."""
+    attrs = collective.attributes
+    return (hash(attrs["replica_groups"]), "use_global_device_ids" in attrs,
+            "channel_handle" in attrs)
+
+
+def _row_rule(op: ir.Operation, dims: list[int | None]
+              ) -> tuple[list[int], list[int | None]] | None:
+    """(each result's gathered dim, each operand's slice dim) when `op` keeps the rows of
+    the gathered dim apart, else None. `dims`: each operand's gathered dim or None."""
+    name = op.name
+    known = {d for d in dims if d is not None}
+    if len(known) != 1:
+        return None
+    dim = known.pop()
+    shapes = [v.type for v in op.operands] + [r.type for r in op.results]
+    if not all(isinstance(t, ir.RankedTensorType) and t.has_static_shape for t in shapes):
+        return None
+    if name in ELEMENTWISE or name == "sdy.sharding_constraint":
+        shape = op.results[0].type.shape
+        if any(list(v.type.shape) != list(shape) for v in op.operands):
+            return None
+        if name == "sdy.sharding_constraint" and _shards_dim(op, dim):
+            return None
+        return [dim] * len(op.results), [None if d is not None else dim for d in dims]
+    if name == "stablehlo.broadcast_in_dim":
+        mapped = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
+        return [mapped[dim]], [None]
+    if name == "stablehlo.transpose":
+        permutation = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+        return [permutation.index(dim)], [None]
+    if name == "stablehlo.reshape":
+        before, after = op.operands[0].type.shape, op.results[0].type.shape
+        prefix = int(np.prod(before[:dim], dtype=object))
+        for out in range(len(after)):
+            if int(np.prod(after[:out], dtype=object)) == prefix and after[out] == before[dim]:
+                return [out], [None]
+        return None
+    if name == "stablehlo.reduce":
+        half = len(op.operands) // 2
+        if any(d != dim for d in dims[:half]) or any(d is not None for d in dims[half:]):
+            return None
+        reduced = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+        if dim in reduced:
+            return None
+        out = dim - sum(1 for r in reduced if r < dim)
+        return [out] * len(op.results), [None] * len(op.operands)
+    return None
+
+
+def _function_of(block: ir.Block) -> ir.Operation | None:
+    """The func.func whose body is `block`, if it is one."""
+    parent = block.owner
+    if parent is None or as_op(parent).name != "func.func":
+        return None
+    return as_op(parent)
+
+
+def _loop_of(block: ir.Block) -> ir.Operation | None:
+    """The stablehlo.while whose region holds `block`, if it is one."""
+    parent = block.owner
+    if parent is None or as_op(parent).name != "stablehlo.while":
+        return None
+    return as_op(parent)
+
+
+def _shards_dim(op: ir.Operation, dim: int) -> bool:
+    sharding = sdy.TensorShardingAttr(op.attributes["sharding"])
+    dims = list(sharding.dimension_shardings)
+    return dim < len(dims) and len(sdy.DimensionShardingAttr(dims[dim]).axes) > 0
+
+
+def _rows_of(value: ir.Value, dim: int, parts: int, position: ir.Value) -> ir.Value:
+    """This device's rows of `value` (the same on every device of the group) along
+    `dim`: a smaller broadcast when the dim is broadcast, else a dynamic_slice."""
+    vtype = value.type
+    rows = vtype.shape[dim] // parts
+    owner = value.owner
+    if not isinstance(owner, ir.Block) and as_op(owner).name == "stablehlo.broadcast_in_dim":
+        op = as_op(owner)
+        mapped = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
+        source = op.operands[0].type.shape
+        if dim not in mapped or source[mapped.index(dim)] == 1:
+            return stablehlo.broadcast_in_dim(b.with_dim(vtype, dim, rows), op.operands[0],
+                                              mapped)
+    offset = b.block_offset(position, 0, parts, rows)
+    return b.slice_dim(value, dim, offset, rows)

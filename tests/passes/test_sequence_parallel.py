@@ -1,0 +1,156 @@
+"""overlap-sequence-parallel: a tensor-parallel block's psum becomes a reduce_scatter
+ring, the residual add and the norm run on the shard, and the all_gather moves next
+to the next dot, where it becomes a gather ring. Run before and after on 8 host CPU
+devices."""
+from collections import Counter
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import overlap_hlo
+from harness import Program, check, op_counts
+
+PSUM = jax.lax.psum
+S, D, F = 64, 32, 128
+PASS = "overlap-sequence-parallel"
+
+
+def rms(h, g):
+    return h * jax.lax.rsqrt(jnp.mean(h * h, -1, keepdims=True) + 1e-5) * g
+
+
+def layer_norm(h, g):
+    m = h.mean(-1, keepdims=True)
+    return (h - m) * jax.lax.rsqrt(((h - m) ** 2).mean(-1, keepdims=True) + 1e-5) * g
+
+
+def two_layers(norm):
+    """Two Megatron MLP sublayers: x + psum(gelu(norm(x) @ w1) @ w2), twice."""
+    def fn(x, g1, w1, w2, g2, w3, w4):
+        x = x + PSUM(jax.nn.gelu(norm(x, g1) @ w1) @ w2, "x")
+        return x + PSUM(jax.nn.gelu(norm(x, g2) @ w3) @ w4, "x")
+    return fn
+
+
+WEIGHTS = [((D,), P()), ((D, F), P(None, "x")), ((F, D), P("x", None)),
+           ((D,), P()), ((D, F), P(None, "x")), ((F, D), P("x", None))]
+# After the rewrite: both psums are rings, the second layer's gather is a ring, and one
+# all_gather remains: the block's output.
+OVERLAPPED = Counter({"stablehlo.all_reduce": 0, "stablehlo.all_gather": 1})
+
+
+def _sites(program: Program, pipeline: str = overlap_hlo.DEFAULT_PIPELINE):
+    lowered = program.jitted().lower(*program.args())
+    module = overlap_hlo.parse(lowered.as_text())
+    sites = overlap_hlo.rewrite_module(module, pipeline, threshold_mib=0)
+    return sites, op_counts(module)
+
+
+@pytest.mark.parametrize("norm", [rms, layer_norm], ids=["rmsnorm", "layernorm"])
+def test_megatron_block_runs_sequence_parallel(norm):
+    program = Program(two_layers(norm), (8,), ("x",), [((S, D), P())] + WEIGHTS, P())
+    counts = check(program, rewritten=4, left=OVERLAPPED)
+    assert counts["stablehlo.while"] == 3   # two scatter rings, one gather ring
+    sites, _ = _sites(program)
+    moved = [s for s in sites if s.pattern == PASS]
+    assert len(moved) == 1 and moved[0].applied
+    assert [s.pattern for s in sites if s.applied].count("overlap-all-gather-matmul") == 1
+
+
+def test_bf16_block_with_a_batch_dim():
+    program = Program(two_layers(rms), (8,), ("x",), [((2, S, D), P())] + WEIGHTS, P(),
+                      dtype=jnp.bfloat16)
+    check(program, rewritten=4, left=OVERLAPPED)
+
+
+def test_residual_sharded_over_another_axis():
+    """A 2x4 mesh: the batch is split over 'dp', the psum runs over 'tp'. The residual
+    differs between dp groups but is the same within each tp group, so it is sliced."""
+    def fn(x, g1, w1, w2, g2, w3, w4):
+        x = x + PSUM(jax.nn.gelu(rms(x, g1) @ w1) @ w2, "tp")
+        return x + PSUM(jax.nn.gelu(rms(x, g2) @ w3) @ w4, "tp")
+
+    weights = [(shape, P(*(None if a is None else "tp" for a in spec)))
+               for shape, spec in WEIGHTS]
+    program = Program(fn, (2, 4), ("dp", "tp"), [((4, S, D), P("dp"))] + weights, P("dp"))
+    check(program, rewritten=4, left=OVERLAPPED)
+
+
+def test_training_step():
+    """The gradients of a two-sublayer block (weights and input): the backward
+    multiplies the forward's full activations by cotangents that differ between
+    devices, so they cannot move onto the shard; the psums are rings and the result
+    matches the original."""
+    block = two_layers(rms)
+
+    def grads(x, *weights):
+        return jax.grad(lambda ws, x: jnp.sum(block(x, *ws) ** 2), argnums=(0, 1))(
+            weights, x)
+
+    program = Program(grads, (8,), ("x",), [((S, D), P())] + WEIGHTS,
+                      ((P(), P(None, "x"), P("x", None), P(), P(None, "x"),
+                        P("x", None)), P()))
+    sites, counts = _sites(program)
+    assert not any(s.pattern == PASS for s in sites)
+    assert [s.applied for s in sites if s.pattern == "overlap-matmul-all-reduce"] == [True] * 2
+    check(program, rewritten=sum(s.applied for s in sites), left=Counter({
+        "stablehlo.all_reduce": counts["stablehlo.all_reduce"],
+        "stablehlo.all_gather": counts["stablehlo.all_gather"]}))
+
+
+def test_inside_a_scan_body():
+    """Both sublayers inside a scanned layer: the moved ops and the gather ring are
+    built inside the loop body."""
+    def fn(x, w1, w2, w3, w4):
+        def step(h, ws):
+            a, b, c, d = ws
+            h = h + PSUM(jax.nn.gelu(h @ a) @ b, "x")
+            return h + PSUM(jax.nn.gelu(rms(h, 1.0) @ c) @ d, "x"), None
+        return jax.lax.scan(step, x, (w1, w2, w3, w4))[0]
+
+    stack = [((2, D, F), P(None, None, "x")), ((2, F, D), P(None, "x", None))] * 2
+    program = Program(fn, (8,), ("x",), [((S, D), P())] + stack, P())
+    sites, _ = _sites(program)
+    assert [s.applied for s in sites if s.pattern == PASS] == [True]
+    check(program, rewritten=sum(s.applied for s in sites), left=OVERLAPPED)
+
+
+def test_residual_that_differs_across_the_group_is_not_moved():
+    """x is split over the psum's own axis: each device adds its own x, so the add
+    cannot run on the shard. The psums are still rings; nothing moves."""
+    program = Program(two_layers(rms), (8,), ("x",), [((8 * S, D), P("x"))] + WEIGHTS,
+                      P("x"))
+    sites, counts = _sites(program)
+    assert not any(s.pattern == PASS for s in sites)
+    check(program, rewritten=sum(s.applied for s in sites), left=Counter({
+        "stablehlo.all_reduce": 0, "stablehlo.all_gather": counts["stablehlo.all_gather"]}))
+
+
+def test_reduction_over_the_gathered_dim_is_not_moved():
+    """A softmax over the rows after the psum reads every row: it stays after the
+    all_gather."""
+    def fn(x, w1, w2, w3):
+        h = PSUM(jax.nn.gelu(x @ w1) @ w2, "x")
+        return jax.nn.softmax(h, axis=0) @ w3
+
+    program = Program(fn, (8,), ("x",), [((S, D), P()), ((D, F), P(None, "x")),
+                                         ((F, D), P("x", None)), ((D, 16), P())], P())
+    sites, counts = _sites(program)
+    assert not any(s.pattern == PASS for s in sites)
+    assert counts["stablehlo.all_gather"] == 1
+
+
+def test_more_bytes_to_gather_is_not_moved():
+    """The gathered bf16 sum is cast to f32 before the dot: gathering after the cast
+    would move twice the bytes, so the cast stays after the all_gather."""
+    def fn(x, w1, w2, w3):
+        h = PSUM(jax.nn.gelu(x @ w1) @ w2, "x")
+        return h.astype(jnp.float32) @ w3.astype(jnp.float32)
+
+    program = Program(fn, (8,), ("x",), [((S, D), P()), ((D, F), P(None, "x")),
+                                         ((F, D), P("x", None)), ((D, 16), P())], P(),
+                      dtype=jnp.bfloat16)
+    sites, _ = _sites(program)
+    assert not any(s.pattern == PASS for s in sites)
