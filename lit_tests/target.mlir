@@ -44,3 +44,33 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
     return %1 : tensor<16x8xf32>
   }
 }
+
+// -----
+
+// A one-stream reduce_scatter ring (two chains of one row): for the GPU, the last
+// round's dot is kept apart from the add of the last arrival by an
+// optimization_barrier, so XLA's GPU GEMM does not fuse that add and wait for the
+// transfer: the dot runs while the last send travels. Other targets add directly.
+// GPU-LABEL: func.func @rs8
+// GPU: } do {
+// GPU: stablehlo.return
+// GPU: %[[LAST:.*]] = "stablehlo.collective_permute"
+// GPU: stablehlo.dot_general
+// GPU-NEXT: stablehlo.add
+// GPU: %[[DOT:.*]] = stablehlo.dot_general
+// GPU-NEXT: %[[KEPT:.*]] = stablehlo.optimization_barrier %[[DOT]]
+// GPU-NEXT: stablehlo.add %[[KEPT]], %[[LAST]]
+// ANY-LABEL: func.func @rs8
+// ANY-NOT: stablehlo.optimization_barrier
+// ANY: return
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @rs8(%x: tensor<16x4xf32>, %w: tensor<4x8xf32>) -> tensor<2x8xf32> {
+    %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<16x4xf32>, tensor<4x8xf32>) -> tensor<16x8xf32>
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %2 = stablehlo.add %a, %b : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<16x8xf32>) -> tensor<2x8xf32>
+    return %1 : tensor<2x8xf32>
+  }
+}

@@ -456,6 +456,10 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
                 (own,) = b.barrier([b.add(value, carry[1])])
                 return ([product] if held else []) + [b.add(own, arrived), None]
             value, product = part(sign, k, -a * sign, first, rows, invariants, product)
+            if last and platform == "gpu" and arrived is not None:
+                # As above: keep the add of the last arrival out of the GEMM's fusion,
+                # so that this dot runs while the last transfer does.
+                (value,) = b.barrier([value])
             carry[0] = value if arrived is None else b.add(value, arrived)
         return ([product] if held else []) + carry
 

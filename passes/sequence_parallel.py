@@ -131,10 +131,16 @@ class OverlapSequenceParallel:
             return ir.WalkResult.ADVANCE
 
         module_op.walk(visit)
-        snapshot, records = module_op.clone(), []
+        records = []
+        planned = [_Block(block, scan, records) for block in blocks.values()]
+        kept = [(block, block.plan()) for block in planned]
+        if not any(components for _, components in kept):
+            return
+        snapshot = module_op.clone()
         try:
-            for block in blocks.values():
-                _Block(block, scan, records).run()
+            for block, components in kept:
+                for component in components:
+                    block.build(component)
             error = verification_error(module_op)
         except Exception as err:   # noqa: BLE001 - any failure leaves the module as it was
             error = f"{type(err).__name__}: {err}"
@@ -163,7 +169,8 @@ class _Block:
 
     # Planning: no IR is touched.
 
-    def run(self) -> None:
+    def plan(self) -> list[Component]:
+        """The components worth building (no IR touched)."""
         for op in self.block.operations:
             op = op.operation
             if op.name == "stablehlo.all_gather":
@@ -171,16 +178,14 @@ class _Block:
                     continue
             self._plan(op)
         if not self.moves:
-            return
+            return []
         components: dict[int, Component] = {}
         for value, g in self.gathered.items():
             if g.seed == as_op(value.owner) and self._ring(g.seed) is not None:
                 components.setdefault(self._find(g.component), Component()).seeds.append(g.seed)
         for move in self.moves:
             components.setdefault(self._find(move.component), Component()).moves.append(move)
-        for component in components.values():
-            if component.moves and self._worth_it(component):
-                self._build(component)
+        return [c for c in components.values() if c.moves and self._worth_it(c)]
 
     def _seed(self, op: ir.Operation) -> bool:
         result = op.results[0].type
@@ -239,7 +244,7 @@ class _Block:
 
     # Building.
 
-    def _build(self, component: Component) -> None:
+    def build(self, component: Component) -> None:
         ring = self._ring(component.seeds[0])
         first = self.block.operations[0]
         with first.location, ir.InsertionPoint(first):

@@ -48,6 +48,9 @@ LAYERS = {   # fn, [(global shape, spec)], out spec, collective left, permutes
     "block": (block, [((2048, 1024), P()), ((1024, 4096), P(None, "x")),
                       ((4096, 1024), P("x", None)), ((1024, 4096), P(None, "x")),
                       ((4096, 1024), P("x", None))], P(), ["all-gather"], BLOCK_PERMUTES),
+    # 70B-class: XLA's GPU scheduler would run the last round's dots before the last send
+    "megatron-70b": (megatron, [((4096, 8192), P()), ((8192, 28672), P(None, "x")),
+                                ((28672, 8192), P("x", None))], P(), ["all-gather"], 4),
     "dispatch": (dispatch, [((64, 8 * 128, 1024), P(None, "x")),
                             ((64, 1024, 2048), P("x"))], P("x"), [], 7),
     "combine": (combine, [((64, 8 * 128, 1024), P("x")), ((64, 1024, 512), P("x"))],
@@ -73,7 +76,7 @@ def check(rep, name, bare: int = 0, permutes: int | None = None):
     assert rep.overlapped == rep.permutes - bare
 
 
-@pytest.mark.parametrize("name", sorted(LAYERS))
+@pytest.mark.parametrize("name", sorted(set(LAYERS) - {"megatron-70b"}))
 def test_tpu_schedule(name):
     topo = tpu.topology("v5p:2x2x2")
     # The combine's last send: the TPU compiler fuses the own chunk's dot into the final
@@ -85,7 +88,7 @@ def test_tpu_schedule(name):
 # Not the dispatch: XLA's GPU scheduler starts its permutes together (each depends only
 # on the input) and, with two collectives in flight, makes three of seven synchronous
 # (open in issue 19).
-@pytest.mark.parametrize("name", ["block", "combine", "megatron"])
+@pytest.mark.parametrize("name", ["block", "combine", "megatron", "megatron-70b"])
 def test_gpu_schedule(name):
     try:
         tgt = gpu.target("h100:8")
@@ -96,5 +99,5 @@ def test_gpu_schedule(name):
     check(rep, name, permutes=BLOCK_PERMUTES - 1 if name == "block" else None)
     if name != "combine":   # XLA:GPU wraps each all-reduce in a fusion: still priced
         reduces = [c for c in rep.original.collectives if c.opcode == "all-reduce"]
-        assert len(reduces) == {"block": 2, "megatron": 1}[name] and rep.original.exposed_us > 0
+        assert len(reduces) == (2 if name == "block" else 1) and rep.original.exposed_us > 0
     assert rep.synchronous == 0
