@@ -44,7 +44,8 @@ module @residual_norm attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replic
 // -----
 
 // The residual stream is returned and its square feeds the dot: each would need its
-// own all_gather, two gathers where there was one, so nothing moves.
+// own all_gather, two gathers where there was one, so nothing moves (with a remark).
+// REMARK: remark: overlap-sequence-parallel: left unchanged: moving the 2 ops after the all_gather onto the shard would gather 0.000122 MiB more than now
 module @residual_returned attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
   sdy.mesh @mesh = <["x"=4]>
   func.func @residual_returned(%x: tensor<8x4xf32>, %b: tensor<8x4xf32>, %w: tensor<4x16xf32>) -> (tensor<8x4xf32>, tensor<8x16xf32>) {
@@ -67,7 +68,6 @@ module @residual_returned attributes {mhlo.num_partitions = 4 : i32, mhlo.num_re
 // CHECK: %[[G:.*]] = "stablehlo.all_gather"
 // CHECK-NEXT: %[[R:.*]] = stablehlo.add %{{.*}}, %[[G]] : tensor<8x4xf32>
 // CHECK-NEXT: stablehlo.dot_general %[[R]]
-// REMARK-NOT: overlap-sequence-parallel
 module @residual_differs attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
   sdy.mesh @mesh = <["x"=4]>
   func.func @residual_differs(%x: tensor<32x4xf32>, %b: tensor<8x4xf32>, %w: tensor<4x16xf32>) -> tensor<8x16xf32> {
@@ -84,6 +84,8 @@ module @residual_differs attributes {mhlo.num_partitions = 4 : i32, mhlo.num_rep
 // -----
 
 // A softmax-like sum over the gathered rows (dim 0) reads every row: nothing moves.
+// The divide after it could, but the all_gather would stay for the sum.
+// REMARK: remark: overlap-sequence-parallel: left unchanged: moving the 1 ops after the all_gather onto the shard would gather
 // CHECK-LABEL: func.func @reduce_over_rows
 // CHECK: %[[G:.*]] = "stablehlo.all_gather"
 // CHECK: stablehlo.reduce(%[[G]] init

@@ -135,6 +135,8 @@ class OverlapSequenceParallel:
         planned = [_Block(block, scan, records) for block in blocks.values()]
         kept = [(block, block.plan()) for block in planned]
         if not any(components for _, components in kept):
+            for location, applied, facts in records:   # components left, reported
+                log.add(location, self.name, applied, **facts)
             return
         snapshot = module_op.clone()
         try:
@@ -149,7 +151,7 @@ class OverlapSequenceParallel:
             records = [(location, False, dict(kind="internal error", reason=(
                 f"internal error: moving ops onto the shard failed ({error}); the "
                 "module is left as it was (please report it)")))
-                for location, _, _ in records[:1]]
+                for location, _, _ in [r for r in records if r[1]][:1]]
         for location, applied, facts in records:
             log.add(location, self.name, applied, **facts)
 
@@ -225,7 +227,7 @@ class _Block:
     def _worth_it(self, component: Component) -> bool:
         """One of the new all_gathers feeds a dot, they move at most the bytes of the
         all_gathers that go, and not only views move (the gather pass sees through
-        those)."""
+        those). A component that would feed a dot but gathers more is reported."""
         added, feeds_dot = 0.0, False
         for move in component.moves:
             for value, dim in zip(move.op.results, move.result_dims):
@@ -235,8 +237,17 @@ class _Block:
                                      for use in users_through_views(value, dim)[0])
         removed = sum(tensor_bytes(seed.results[0].type) for seed in component.seeds
                       if not self._read_elsewhere(seed.results[0]))
-        only_views = all(move.op.name in VIEWS for move in component.moves)
-        return feeds_dot and not only_views and added <= removed
+        if not feeds_dot or all(move.op.name in VIEWS for move in component.moves):
+            return False
+        if added > removed:
+            self.records.append((component.seeds[0].location, False, dict(
+                kind="more bytes to gather", reason=(
+                    f"moving the {len(component.moves)} ops after the all_gather onto the "
+                    f"shard would gather {(added - removed) / 2**20:.3g} MiB more than now "
+                    "(values read whole elsewhere: the block's output, a reduction over "
+                    "the gathered dim, a backward pass)"))))
+            return False
+        return True
 
     def _read_elsewhere(self, value: ir.Value) -> bool:
         """Read by an op that does not move onto the shard."""
