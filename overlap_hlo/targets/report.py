@@ -70,9 +70,18 @@ class SiteRow:
         return self.after_us > self.before_us * (1 + SLOWER_TOLERANCE)
 
     @property
+    def moved_here(self) -> bool:
+        """A rewritten site with nothing at its location in the original: its collective
+        was moved here by another pass (overlap-sequence-parallel carries an
+        all_reduce's all_gather to the next dot), so what it saves shows at the site it
+        came from, and its own before/after is no verdict."""
+        return (self.applied and not self.original_collectives
+                and self.before_us == 0.0 and self.original_exposed_us == 0.0)
+
+    @property
     def slower(self) -> bool:
         """Rewritten and predicted slower than the original."""
-        return self.applied and self.got_slower
+        return self.applied and self.got_slower and not self.moved_here
 
     def why_slower(self) -> str:
         """The compute categories that grew, largest first, and exposed communication."""
@@ -154,7 +163,8 @@ class Report:
         return {
             "topology": self.topology, "hardware": self.hardware,
             "clock_ghz": self.clock_ghz, "options": self.options,
-            "sites": [dict(asdict(row), speedup=row.speedup, slower=row.slower)
+            "sites": [dict(asdict(row), speedup=row.speedup, slower=row.slower,
+                           moved_here=row.moved_here)
                       for row in self.sites],
             "original_us": self.original_us, "rewritten_us": self.rewritten_us,
             "compute_bound_us": self.compute_bound_us, "speedup": self.speedup,
@@ -191,6 +201,7 @@ class Report:
                          f"{row.original_exposed_us:.1f} -> {row.exposed_us:.1f}",
                          f"{row.original_compute_us:.1f} -> {row.rewritten_compute_us:.1f}",
                          f"{row.before_us:.1f}", f"{row.after_us:.1f}",
+                         "moved here" if row.moved_here else
                          f"{row.speedup:.2f}x" + (" SLOWER" if row.slower else ""),
                          ", ".join(row.collectives_left) or "-"])
         rows.append(["total", "", f"{self.overlapped}/{self.permutes}"
@@ -206,6 +217,10 @@ class Report:
             if row.slower:
                 lines.append(f"{row.location}: predicted slower ({row.before_us:.1f} -> "
                              f"{row.after_us:.1f} us): {row.why_slower() or 'see --json'}")
+            if row.moved_here:
+                lines.append(f"{row.location}: an all_gather moved here (from the "
+                             "all_reduce before it, by overlap-sequence-parallel), now a "
+                             "ring; its time counts in the module's total")
         mib = 2 ** 20
         lines.append(f"{self.platform} temporaries: {self.original_temp_bytes / mib:.1f} MiB -> "
                      f"{self.rewritten_temp_bytes / mib:.1f} MiB; "

@@ -81,8 +81,12 @@ def test_tpu_schedule(name):
     topo = tpu.topology("v5p:2x2x2")
     # The combine's last send: the TPU compiler fuses the own chunk's dot into the final
     # update of the result, after that transfer (open in issue 20).
-    check(report.build(lowered(name, topo.devices), topo, threshold_mib=0,
-                       bidirectional=False), name, bare=1 if name == "combine" else 0)
+    rep = report.build(lowered(name, topo.devices), topo, threshold_mib=0,
+                       bidirectional=False)
+    check(rep, name, bare=1 if name == "combine" else 0)
+    # The block's gather ring sits where the original had no collective: reported as
+    # moved there, not as a site that got slower.
+    assert [row.moved_here for row in rep.sites].count(True) == (name == "block")
 
 
 # Not the dispatch: XLA's GPU scheduler starts its permutes together (each depends only
