@@ -204,14 +204,7 @@ def build(case: Case):
     from jax.sharding import PartitionSpec as P
 
     names = AXES[:len(case.mesh)]
-    devices = np.array(jax.devices()[:math.prod(case.mesh)])
-    if case.devices:
-        devices = devices[list(case.devices)]
-    # Auto axes: JAX 0.12 cannot lower psum_scatter in a partially manual shard_map
-    # over an Explicit mesh.
-    axis_type = getattr(jax.sharding, "AxisType", None)
-    types = {} if axis_type is None else {"axis_types": (axis_type.Auto,) * len(names)}
-    mesh = jax.sharding.Mesh(devices.reshape(case.mesh), names, **types)
+    mesh = auto_mesh(case.mesh, case.devices)
     lhs, rhs, out, sizes = _letters(case)
     letter = _touched_letter(case)
     spec_axis = case.axes if len(case.axes) > 1 else case.axes[0]
@@ -280,6 +273,22 @@ def build(case: Case):
                                          dtype), NamedSharding(mesh, s))
               for letters, s in ((lhs, in_specs[0]), (rhs, in_specs[1]))]
     return jitted, inputs
+
+
+def auto_mesh(shape: tuple[int, ...], order: tuple[int, ...] = ()):
+    """A mesh of the first prod(shape) devices (in `order` when given) over AXES. Auto
+    axes: JAX 0.12 cannot lower psum_scatter in a partially manual shard_map over an
+    Explicit mesh."""
+    import jax
+    import numpy as np
+
+    devices = np.array(jax.devices()[:math.prod(shape)])
+    if order:
+        devices = devices[list(order)]
+    axis_type = getattr(jax.sharding, "AxisType", None)
+    names = AXES[:len(shape)]
+    types = {} if axis_type is None else {"axis_types": (axis_type.Auto,) * len(names)}
+    return jax.sharding.Mesh(devices.reshape(shape), names, **types)
 
 
 def under_cond(case: Case, names, site):
@@ -667,10 +676,7 @@ def build_exchange(case: ExchangeCase):
     from jax.sharding import PartitionSpec as P
 
     names = AXES[:len(case.mesh)]
-    devices = np.array(jax.devices()[:math.prod(case.mesh)]).reshape(case.mesh)
-    axis_type = getattr(jax.sharding, "AxisType", None)
-    types = {} if axis_type is None else {"axis_types": (axis_type.Auto,) * len(names)}
-    mesh = jax.sharding.Mesh(devices, names, **types)
+    mesh = auto_mesh(case.mesh)
     g = dict(zip(names, case.mesh))[case.axis]
     einsum, where, split, concat, shapes, sharded, out_dims = EXCHANGES[case.template]
     dtype = getattr(jnp, case.dtype)
@@ -742,10 +748,7 @@ def build_block(case: BlockCase):
     from jax.sharding import PartitionSpec as P
 
     names = AXES[:len(case.mesh)]
-    devices = np.array(jax.devices()[:math.prod(case.mesh)]).reshape(case.mesh)
-    axis_type = getattr(jax.sharding, "AxisType", None)
-    types = {} if axis_type is None else {"axis_types": (axis_type.Auto,) * len(names)}
-    mesh = jax.sharding.Mesh(devices, names, **types)
+    mesh = auto_mesh(case.mesh)
     sizes = dict(zip(names, case.mesh))
     g, b = sizes[case.axis], sizes.get(case.batch_axis, 1)
     batch, rows, model, hidden = case.sizes
