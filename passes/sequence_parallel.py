@@ -359,6 +359,8 @@ class _Block:
                         value.result_number], seed, depth + 1)
             elif name in ("stablehlo.all_reduce", "stablehlo.all_gather"):
                 found = _groups_key(op) == _groups_key(seed)
+            elif name == "sdy.sharding_constraint":   # a propagation hint: its operand
+                found = self._same_everywhere(op.operands[0], seed, depth + 1)
             elif (not name.startswith(("stablehlo.", "chlo.")) or name in DEVICE_DEPENDENT
                   or (len(op.regions) and name != "stablehlo.reduce")):
                 found = False

@@ -78,6 +78,22 @@ def test_residual_sharded_over_another_axis():
     check(program, rewritten=4, left=OVERLAPPED)
 
 
+def test_partially_manual_block():
+    """Manual over 'tp' only: JAX puts an sdy.sharding_constraint after every op, and
+    the device's row offset comes from a nested manual computation over 'dp'."""
+    def fn(x, g1, w1, w2, g2, w3, w4):
+        x = x + PSUM(jax.nn.gelu(rms(x, g1) @ w1) @ w2, "tp")
+        return x + PSUM(jax.nn.gelu(rms(x, g2) @ w3) @ w4, "tp")
+
+    weights = [(shape, P(*(None if a is None else "tp" for a in spec)))
+               for shape, spec in WEIGHTS]
+    program = Program(fn, (2, 4), ("dp", "tp"), [((S, D), P())] + weights, P(),
+                      manual_axes=frozenset({"tp"}))
+    sites, _ = _sites(program)
+    assert [s.applied for s in sites if s.pattern == PASS] == [True]
+    check(program, rewritten=4, left=OVERLAPPED)
+
+
 def test_training_step():
     """The gradients of a two-sublayer block (weights and input): the backward
     multiplies the forward's full activations by cotangents that differ between
