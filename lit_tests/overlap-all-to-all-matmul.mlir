@@ -1,5 +1,6 @@
 // RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-to-all-matmul{threshold-mib=0})' --split-input-file | FileCheck %s
 // RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-to-all-matmul{threshold-mib=0})' --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-to-all-matmul{threshold-mib=0 target=gpu})' --split-input-file | FileCheck %s --check-prefix=GPU
 
 // MoE dispatch over one group of 4: all_to_all(split experts dim 0, concat capacity
 // dim 1), then the expert matmul (experts a batch dim, capacity a free dim). Step 0
@@ -19,6 +20,16 @@
 // CHECK: %[[OUT:.*]] = stablehlo.dynamic_update_slice %{{.*}}, %[[D3]], {{.*}} -> tensor<2x8x8xf32>
 // CHECK-NEXT: return %[[OUT]] : tensor<2x8x8xf32>
 // CHECK-NOT: stablehlo.all_to_all
+// For the GPU, the sends of steps 2 and 3 wait for the dots of steps 0 and 1 (an
+// optimization_barrier): XLA's GPU scheduler would start every send at once.
+// GPU-LABEL: func.func @moe
+// GPU: %[[D0:.*]] = stablehlo.dot_general
+// GPU: %[[D1:.*]] = stablehlo.dot_general
+// GPU: %[[T2:.*]]:2 = stablehlo.optimization_barrier %{{.*}}, %[[D0]]
+// GPU-NEXT: "stablehlo.collective_permute"(%[[T2]]#0)
+// GPU: %[[D2:.*]] = stablehlo.dot_general
+// GPU: %[[T3:.*]]:2 = stablehlo.optimization_barrier %{{.*}}, %[[D1]]
+// GPU-NEXT: "stablehlo.collective_permute"(%[[T3]]#0)
 // REMARK: remark: overlap-all-to-all-matmul: rewritten: tensor<2x8x16xf32> from chunks along dim 0 of tensor<8x2x16xf32>, concatenated on dim 1 over groups of 4; multiplied chunk by chunk (free dim of operand 0)
 module @moe attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @moe(%x: tensor<8x2x16xf32>, %w: tensor<2x16x8xf32>) -> tensor<2x8x8xf32> {

@@ -157,12 +157,19 @@ class OverlapAllToAllMatmul(RewritePass):
         part_type = b.with_dim(result_type, s.result_dim, block)
         result = b.buffer(result_type, self.platform)
         (operand, _), = s.sliced
+        parts = []
         for k in range(n):
             mine = b.slice_dim(x, s.split, b.block_offset(position, k, n, chunk_size),
                                chunk_size)
+            if self.platform == "gpu" and k >= 2:
+                # Each send waits for the dot two steps back: XLA's GPU scheduler would
+                # start every send at once (each reads only the input) and, with two
+                # collectives in flight at most, make the rest synchronous.
+                mine = b.barrier([mine, parts[k - 2]])[0]
             operands = list(s.dot.operands)
             operands[operand] = self._send(mine, k, ring, scan)
             part = b.dot_like(s.dot, *operands, part_type)
+            parts.append(part)
             result = b.update_dim(result, part, s.result_dim,
                                   b.block_offset(position, k, n, block, sign=-1))
         return result
