@@ -421,3 +421,29 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
     return %2 : tensor<2x8xf32>
   }
 }
+
+// -----
+
+// The dot's 16 rows reshaped to 4x4 and scattered on the first (MaxText's MoE combine:
+// tokens split into experts x capacity): each device's block is 4 contiguous rows of
+// the product, so the reduce_scatter moves before the reshape and becomes the ring;
+// the reshape then applies to the device's 4x8 block.
+// CHECK-LABEL: func.func @rs_behind_split
+// CHECK-NOT: stablehlo.reduce_scatter
+// CHECK: stablehlo.while
+// CHECK: stablehlo.dynamic_update_slice {{.*}} -> tensor<4x8xf32>
+// CHECK: %[[OUT:.*]] = stablehlo.reshape %{{.*}} : (tensor<4x8xf32>) -> tensor<1x4x8xf32>
+// CHECK-NEXT: return %[[OUT]]
+// REMARK: remark: overlap-matmul-reduce-scatter: rewritten: tensor<16x8xf32> scattered on dim 0
+module @rs_behind_split attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @rs_behind_split(%x: tensor<16x4xf32>, %w: tensor<4x8xf32>) -> tensor<1x4x8xf32> {
+    %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<16x4xf32>, tensor<4x8xf32>) -> tensor<16x8xf32>
+    %1 = stablehlo.reshape %0 : (tensor<16x8xf32>) -> tensor<4x4x8xf32>
+    %2 = "stablehlo.reduce_scatter"(%1) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %3 = stablehlo.add %a, %b : tensor<f32>
+      stablehlo.return %3 : tensor<f32>
+    }) : (tensor<4x4x8xf32>) -> tensor<1x4x8xf32>
+    return %2 : tensor<1x4x8xf32>
+  }
+}

@@ -54,11 +54,11 @@ class View:
 
 def _kept_dim(shape_in, shape_out, dim: int) -> int | None:
     """The dim of `shape_out` that is dim `dim` of `shape_in` unsplit, if any."""
-    merged = _merged_dim(shape_in, shape_out, dim)
+    merged = merged_dim(shape_in, shape_out, dim)
     return merged[0] if merged and merged[1] == 1 else None
 
 
-def _merged_dim(shape_in, shape_out, dim: int) -> tuple[int, int] | None:
+def merged_dim(shape_in, shape_out, dim: int) -> tuple[int, int] | None:
     """(out dim, factor) when dim `dim` of `shape_in`, with the dims after it up to
     some point, forms one dim of `shape_out` (factor: their sizes multiplied)."""
     before = math.prod(shape_in[:dim])
@@ -80,7 +80,7 @@ def view_forward(op: ir.Operation, operand: int, dim: int, reading: bool = True
     if name == "stablehlo.transpose":
         return View(op, dim, _ints(op.attributes["permutation"]).index(dim))
     if name == "stablehlo.reshape":
-        merged = _merged_dim(op.operands[0].type.shape, op.results[0].type.shape, dim)
+        merged = merged_dim(op.operands[0].type.shape, op.results[0].type.shape, dim)
         return None if merged is None else View(op, dim, merged[0], factor=merged[1])
     if name == "stablehlo.multiply" and reading:
         other = op.operands[1 - operand]

@@ -11,6 +11,11 @@
   there (XLA inlines every call before it schedules), so the dot inside is seen.
 - A legacy `stablehlo.dot` (older exporters, hand-written modules) next to an
   all_gather or a reduce_scatter is the `dot_general` it abbreviates.
+- A reduce_scatter of a dot's result reshaped so that the scattered dim is the leading
+  part of a dim it splits (MaxText's MoE combine: tokens split into (experts,
+  capacity)), or a dim that dims of the result merge into (the first divisible by the
+  group), is the reshape of a reduce_scatter of that dim of the result: each device's
+  block is the same contiguous rows either way.
 
 Only if/case ops that hold a collective or a dot, and calls and legacy dots next to a
 collective, are touched (and nothing in a module without an all_gather or a
@@ -22,7 +27,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.ir.dominance import Callers, callee
-from overlap_hlo.ir.lookthrough import add_leaves, producer, users_through_views
+from overlap_hlo.ir.lookthrough import add_leaves, merged_dim, producer, users_through_views
 from overlap_hlo.ir.ops import as_op
 
 BRANCHING = ("stablehlo.case", "stablehlo.if")
@@ -48,6 +53,54 @@ def normalize(module_op: ir.Operation) -> None:
     for dot in _unique(op for c in collectives for op in _neighbours(c)
                        if op.name == "stablehlo.dot"):
         _as_dot_general(dot)
+    for scatter in collectives:
+        if scatter.name == "stablehlo.reduce_scatter":
+            _scatter_before_split(scatter)
+
+
+def _scattered_source_dim(shape_in, shape_out, dim: int, parts: int) -> int | None:
+    """The dim of `shape_in` whose `parts` contiguous blocks are those of dim `dim` of
+    the reshape to `shape_out`, when the reshape splits or merges it (None if neither:
+    a reshape that keeps the dim is a view the passes see through)."""
+    split = merged_dim(shape_out, shape_in, dim)   # dim and those after it make one dim
+    if split is not None and split[1] > 1:
+        return split[0]
+    for source in range(len(shape_in)):            # one dim and those after it make dim
+        merged = merged_dim(shape_in, shape_out, source)
+        if merged is not None and merged[0] == dim and merged[1] > 1:
+            return source if shape_in[source] % parts == 0 else None
+    return None
+
+
+def _scatter_before_split(scatter: ir.Operation) -> None:
+    """reduce_scatter(reshape(y)) on a dim that is the leading part of a dim of y the
+    reshape splits, or that dims of y merge into with the first divisible by the
+    group, y made by dots -> reshape(reduce_scatter(y)) on that dim of y."""
+    value = scatter.operands[0] if len(scatter.operands) == 1 else None
+    if not isinstance(value, ir.OpResult) or as_op(value.owner).name != "stablehlo.reshape":
+        return
+    reshape = as_op(value.owner)
+    dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value
+    source = reshape.operands[0]
+    parts = value.type.shape[dim] // scatter.results[0].type.shape[dim]
+    split = _scattered_source_dim(source.type.shape, value.type.shape, dim, parts)
+    if split is None or not any(op.name in DOTS
+                                for op in add_leaves(producer(source, split)[0])):
+        return
+    shape = list(source.type.shape)
+    shape[split] //= parts
+    with scatter.location:
+        moved = scatter.clone(ip=ir.InsertionPoint(scatter))
+        moved.operands[0] = source
+        moved.results[0].set_type(ir.RankedTensorType.get(shape, source.type.element_type))
+        moved.attributes["scatter_dimension"] = ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(64), split)
+        back = stablehlo.ReshapeOp(scatter.results[0].type, moved.results[0],
+                                   ip=ir.InsertionPoint(scatter))
+    scatter.results[0].replace_all_uses_with(back.result)
+    scatter.erase()
+    if not list(reshape.results[0].uses):
+        reshape.erase()
 
 
 def _scan(module_op: ir.Operation) -> tuple[list[ir.Operation], list[ir.Operation]]:
