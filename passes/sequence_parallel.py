@@ -131,29 +131,37 @@ class OverlapSequenceParallel:
             return ir.WalkResult.ADVANCE
 
         module_op.walk(visit)
-        records = []
-        planned = [_Block(block, scan, records) for block in blocks.values()]
-        kept = [(block, block.plan()) for block in planned]
-        if not any(components for _, components in kept):
-            for location, applied, facts in records:   # components left, reported
-                log.add(location, self.name, applied, **facts)
-            return
-        snapshot = module_op.clone()
+        records: list = []
         try:
-            for block, components in kept:
-                for component in components:
-                    block.build(component)
-            error = verification_error(module_op)
-        except Exception as err:   # noqa: BLE001 - any failure leaves the module as it was
-            error = f"{type(err).__name__}: {err}"
-        if error is not None:
-            restore(module_op, snapshot)
-            records = [(location, False, dict(kind="internal error", reason=(
-                f"internal error: moving ops onto the shard failed ({error}); the "
-                "module is left as it was (please report it)")))
-                for location, _, _ in [r for r in records if r[1]][:1]]
+            planned = [_Block(block, scan, records) for block in blocks.values()]
+            kept = [(block, block.plan()) for block in planned]
+        except Exception as err:   # noqa: BLE001 - nothing was touched: report and stop
+            log.add(module_op.location, self.name, False, **_internal(err))
+            return
+        kept = [(block, components) for block, components in kept if components]
+        if kept:
+            where = kept[0][1][0].seeds[0].location   # read before building erases it
+            snapshot = module_op.clone()
+            try:
+                for block, components in kept:
+                    for component in components:
+                        block.build(component)
+                error = verification_error(module_op)
+            except Exception as err:   # noqa: BLE001 - the module goes back as it was
+                error = f"{type(err).__name__}: {err}"
+            if error is not None:
+                restore(module_op, snapshot)
+                records = [r for r in records if not r[1]] + [(where, False, _internal(error))]
         for location, applied, facts in records:
             log.add(location, self.name, applied, **facts)
+
+
+def _internal(error) -> dict:
+    if isinstance(error, Exception):
+        error = f"{type(error).__name__}: {error}"
+    return dict(kind="internal error", reason=(
+        f"internal error: moving ops onto the shard failed ({error}); the module is left "
+        "as it was (please report it)"))
 
 
 class _Block:

@@ -200,3 +200,22 @@ def test_megatron_training_step_through_overlap(bidirectional):
     assert counts["stablehlo.collective_permute"] > 0
     assert not any(counts[f"stablehlo.{name}"] for name in (
         "all_reduce", "all_gather", "reduce_scatter", "all_to_all"))
+
+
+def test_a_failure_while_building_leaves_the_module_as_it_was(monkeypatch):
+    """An error inside the pass (here forced) restores the module and says so."""
+    import sys
+    module_of_pass = sys.modules[overlap_hlo.registered_passes()[PASS].__module__]
+
+    def broken(self, component):
+        raise RuntimeError("forced")
+
+    monkeypatch.setattr(module_of_pass._Block, "build", broken)
+    program = Program(two_layers(rms), (8,), ("x",), [((S, D), P())] + WEIGHTS, P())
+    text = program.jitted().lower(*program.args()).as_text()
+    only = "builtin.module(overlap-matmul-all-reduce,overlap-sequence-parallel)"
+    module = overlap_hlo.parse(text)
+    sites = overlap_hlo.rewrite_module(module, only, threshold_mib=0)
+    (left,) = [s for s in sites if s.pattern == PASS]
+    assert not left.applied and left.kind == "internal error" and "forced" in left.reason
+    assert op_counts(module)["stablehlo.all_gather"] == 2   # the all_reduce pass's, as built
