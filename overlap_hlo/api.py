@@ -96,8 +96,11 @@ def unchanged_summary(sites: list[Site], see: str) -> str | None:
 
         3 of 12 candidate sites left unchanged (2 replica groups ..., 1 inside a
         stablehlo.case branch); see --remarks
-    """
-    left = [site for site in sites if not site.applied and site.kind not in EXPECTED_KINDS]
+
+    When nothing was rewritten, sites below the size threshold count too: every
+    collective beside a dot is still there, and the run says so."""
+    quiet = EXPECTED_KINDS if any(site.applied for site in sites) else {"not profitable"}
+    left = [site for site in sites if not site.applied and site.kind not in quiet]
     if not left:
         return None
     counts = Counter(site.kind for site in left)     # in order of first appearance

@@ -240,13 +240,14 @@ class Driver:
         ok = all(result.ok for result in results)
         if self.args.pass_statistics:
             say(format_statistics(self.sites).rstrip("\n"))
-        summary = unchanged_summary(self.sites, see="--remarks")
-        if summary and not (self.args.remarks or self.args.verify_diagnostics):
-            say(f"{PROG}: warning: {summary}")
         outputs = [result.output for result in results if result.output is not None]
         if ok or self.args.output == "-":  # a failed run never touches an output file
             separator = f"{SPLIT_MARKER}\n".encode()
             self._write(separator.join(outputs))
+        # After the output: a run that cannot write says only that.
+        summary = unchanged_summary(self.sites, see="--remarks")
+        if summary and not (self.args.remarks or self.args.verify_diagnostics):
+            say(f"{PROG}: warning: {summary}")
         return EXIT_OK if ok else EXIT_FAILURE
 
     # Input and output.

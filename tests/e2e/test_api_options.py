@@ -117,6 +117,9 @@ def test_unchanged_summary_counts_by_reason():
     assert overlap_hlo.unchanged_summary([], see="x") is None
     assert overlap_hlo.unchanged_summary([site("odd")], see="x") == (
         "1 of 1 candidate site left unchanged (1 odd); see x")
+    # Nothing rewritten: the sites below the threshold are all still there, and said so.
+    assert overlap_hlo.unchanged_summary(sites[3:4] + sites[5:], see="x") == (
+        "1 of 2 candidate sites left unchanged (1 below threshold-mib); see x")
 
 
 def test_rewrite_warns_about_sites_left_unchanged():
@@ -131,12 +134,16 @@ def test_rewrite_warns_about_sites_left_unchanged():
         overlap_hlo.rewrite_module(overlap_hlo.parse(IN_BRANCH), threshold_mib=0)
 
 
-def test_no_warning_for_size_or_for_remarks():
+def test_no_warning_for_profit_or_for_remarks():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        overlap_hlo.rewrite_source(SDY.read_text())                 # below threshold-mib
         overlap_hlo.rewrite_source(SDY.read_text(), hardware="tpu-v5e")  # not profitable
         overlap_hlo.remarks(IN_BRANCH, threshold_mib=0)             # a report, not a run
+
+
+def test_a_run_that_rewrites_nothing_below_the_threshold_says_so():
+    with pytest.warns(overlap_hlo.SitesLeftUnchanged, match="below threshold-mib"):
+        overlap_hlo.rewrite_source(SDY.read_text())
 
 
 def test_overlap_opt_prints_the_same_summary(tmp_path, capsys):
@@ -152,9 +159,11 @@ def test_overlap_opt_prints_the_same_summary(tmp_path, capsys):
     assert main([str(path), "--threshold-mib=0", "--remarks"]) == 0
     err = capsys.readouterr().err
     assert "warning" not in err and "left unchanged: inside a stablehlo.if branch" in err
-    # Sites below the threshold are the user's choice: nothing is said.
+    # Every site below the threshold, nothing rewritten: said, once.
     assert main([str(SDY), "-o", str(tmp_path / "small.mlir")]) == 0
-    assert capsys.readouterr().err == ""
+    err = capsys.readouterr().err
+    assert err.startswith("overlap-opt: warning: ") and "below threshold-mib" in err
+    assert err.count("\n") == 1
 
 
 @pytest.fixture(scope="module")

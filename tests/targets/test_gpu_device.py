@@ -9,13 +9,19 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def run_script(out, layers: str, repeats: int) -> dict:
+    """Run the script on the host CPU devices; its results.json."""
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu_device.py"),
+                          "--out", str(out), "--platform", "cpu", "--layers", layers,
+                          "--repeats", str(repeats)], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads((out / "results.json").read_text())
+
+
 def test_every_step_runs_and_lands_in_one_folder(tmp_path):
     out = tmp_path / "device"
-    run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu_device.py"),
-                          "--out", str(out), "--platform", "cpu", "--layers", "mlp,qkv",
-                          "--repeats", "2"], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-2000:]
-    results = json.loads((out / "results.json").read_text())
+    results = run_script(out, "mlp,qkv", 2)
     assert results["errors"] == [] and results["devices"] == 8
     assert [(r["layer"], r["variant"]) for r in results["runs"]] == [
         (layer, variant) for layer in ("mlp", "qkv")
@@ -27,11 +33,6 @@ def test_every_step_runs_and_lands_in_one_folder(tmp_path):
 
 
 def test_a_failing_step_is_recorded_and_the_rest_runs(tmp_path):
-    out = tmp_path / "device"
-    run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu_device.py"),
-                          "--out", str(out), "--platform", "cpu", "--layers", "nope,mlp",
-                          "--repeats", "1"], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-2000:]
-    results = json.loads((out / "results.json").read_text())
+    results = run_script(tmp_path / "device", "nope,mlp", 1)
     assert [e["step"] for e in results["errors"]] == ["nope inputs"]
     assert len(results["runs"]) == 3
