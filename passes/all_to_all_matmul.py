@@ -35,7 +35,7 @@ from jaxlib.mlir.dialects import stablehlo
 from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
 from overlap_hlo.ir.lookthrough import TRANSPARENT, producer
-from overlap_hlo.ir.ops import as_op
+from overlap_hlo.ir.ops import as_op, defining_op
 from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.ring_plan import GATHER, RingPlan
@@ -77,8 +77,7 @@ class OverlapAllToAllMatmul(RewritePass):
         split, concat = _attr(exchange, "split_dimension"), _attr(exchange, "concat_dimension")
         readers = [as_op(use.owner) for use in exchange.results[0].uses]
         dots = [r for r in readers if r.name == "stablehlo.dot_general"]
-        source = exchange.operands[0].owner
-        source = as_op(source) if isinstance(source, (ir.Operation, ir.OpView)) else None
+        source = defining_op(exchange.operands[0])
         if dots:
             site = self._consumer(exchange, dots[0], readers, split, concat)
         elif source is not None and source.name == "stablehlo.dot_general":

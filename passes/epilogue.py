@@ -31,21 +31,12 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.ir.dominance import callee
-from overlap_hlo.ir.ops import as_op
+from overlap_hlo.ir.ops import ELEMENTWISE, as_op, defining_op
 from overlap_hlo.rewrite import builders as b
 
-ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
-    "abs add and atan2 cbrt ceil clamp compare convert cosine divide exponential "
-    "exponential_minus_one floor is_finite log log_plus_one logistic maximum minimum "
-    "multiply negate not or power remainder round_nearest_afz round_nearest_even rsqrt "
-    "select sign sine sqrt subtract tan tanh xor").split())
 # Ops whose result may hold one value in every element (a splat constant, a broadcast
 # scalar): `uniform` checks that it does.
 SPLAT_OPS = frozenset({"stablehlo.constant", "stablehlo.broadcast_in_dim"})
-
-
-def _defining(value: ir.Value) -> ir.Operation | None:
-    return as_op(value.owner) if isinstance(value, ir.OpResult) else None
 
 
 def _shape(value: ir.Value) -> list[int] | None:
@@ -55,13 +46,13 @@ def _shape(value: ir.Value) -> list[int] | None:
 def uniform(value: ir.Value, shape: list[int]) -> bool:
     """A value of `shape` that is the same constant everywhere: a splat constant, or a
     scalar constant broadcast."""
-    op = _defining(value)
+    op = defining_op(value)
     if op is None or _shape(value) != shape:
         return False
     if op.name == "stablehlo.constant":
         return ir.DenseElementsAttr(op.attributes["value"]).is_splat
     if op.name == "stablehlo.broadcast_in_dim":
-        scalar = _defining(op.operands[0])
+        scalar = defining_op(op.operands[0])
         return (_shape(op.operands[0]) == [] and scalar is not None
                 and scalar.name == "stablehlo.constant")
     return False
@@ -156,7 +147,7 @@ def find_prologue(output: ir.Value) -> Epilogue | None:
     ops on each block, so the ops run fused into the block's dot (a gelu between an
     MLP's two dots). None when `output` is not made that way."""
     shape = _shape(output)
-    producer = _defining(output)
+    producer = defining_op(output)
     if shape is None or producer is None or not is_elementwise(producer, shape):
         return None
     ops: list[ir.Operation] = []
@@ -164,7 +155,7 @@ def find_prologue(output: ir.Value) -> Epilogue | None:
     pending = [output]
     while pending:
         value = pending.pop()
-        op = _defining(value)
+        op = defining_op(value)
         inner = value is output or len(list(value.uses)) == 1
         if op is None or not inner or not is_elementwise(op, shape) or \
                 len(ops) >= MAX_PROLOGUE_OPS or op.block != producer.block:
@@ -189,11 +180,11 @@ def _in_block_order(ops: list[ir.Operation]) -> None:
 
 
 def _uniform_block(value: ir.Value, new_type: ir.Type) -> ir.Value:
-    op = _defining(value)
+    op = defining_op(value)
     if op.name == "stablehlo.constant":
         attr = ir.DenseElementsAttr(op.attributes["value"])
         return stablehlo.constant(ir.DenseElementsAttr.get_splat(new_type, attr.get_splat_value()))
-    scalar = _defining(op.operands[0])
+    scalar = defining_op(op.operands[0])
     return stablehlo.broadcast_in_dim(new_type, stablehlo.constant(scalar.attributes["value"]),
                                       ir.DenseI64ArrayAttr.get([]))
 

@@ -32,7 +32,7 @@ from overlap_hlo.ir.dominance import after
 from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
 from overlap_hlo.ir.lookthrough import (TRANSPARENT, View, add_leaves, only_transparent,
                                         producer, replay, view_backward)
-from overlap_hlo.ir.ops import as_op
+from overlap_hlo.ir.ops import as_op, defining_op
 from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.passes.epilogue import Epilogue, block_type_for, find_prologue
 from overlap_hlo.plan import cost
@@ -294,8 +294,7 @@ def _dot_behind_reshapes(top: ir.Operation | None, limit: int = 8) -> str:
     while op is not None and len(chain) < limit and op.name in (
             "stablehlo.reshape", "stablehlo.transpose", "stablehlo.convert"):
         chain.append(op.name.removeprefix("stablehlo."))
-        owner = op.operands[0].owner
-        op = as_op(owner) if isinstance(owner, (ir.Operation, ir.OpView)) else None
+        op = defining_op(op.operands[0])
     shaping = [name for name in chain if name != "convert"]
     return shaping[0] if shaping and op is not None and op.name == "stablehlo.dot_general" \
         else ""

@@ -28,7 +28,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.ir.dominance import Callers, callee
 from overlap_hlo.ir.lookthrough import add_leaves, merged_dim, producer, users_through_views
-from overlap_hlo.ir.ops import as_op
+from overlap_hlo.ir.ops import as_op, defining_op
 
 BRANCHING = ("stablehlo.case", "stablehlo.if")
 COLLECTIVES = ("stablehlo.all_gather", "stablehlo.reduce_scatter")
@@ -76,10 +76,12 @@ def _scatter_before_split(scatter: ir.Operation) -> None:
     """reduce_scatter(reshape(y)) on a dim that is the leading part of a dim of y the
     reshape splits, or that dims of y merge into with the first divisible by the
     group, y made by dots -> reshape(reduce_scatter(y)) on that dim of y."""
-    value = scatter.operands[0] if len(scatter.operands) == 1 else None
-    if not isinstance(value, ir.OpResult) or as_op(value.owner).name != "stablehlo.reshape":
+    if len(scatter.operands) != 1:
         return
-    reshape = as_op(value.owner)
+    value = scatter.operands[0]
+    reshape = defining_op(value)
+    if reshape is None or reshape.name != "stablehlo.reshape":
+        return
     dim = ir.IntegerAttr(scatter.attributes["scatter_dimension"]).value
     source = reshape.operands[0]
     parts = value.type.shape[dim] // scatter.results[0].type.shape[dim]

@@ -4,9 +4,22 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 
+# Ops that compute each element from the same elements of their operands.
+ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
+    "abs add and atan2 cbrt ceil clamp compare convert cosine divide exponential "
+    "exponential_minus_one floor is_finite log log_plus_one logistic maximum minimum "
+    "multiply negate not or power remainder round_nearest_afz round_nearest_even rsqrt "
+    "select sign sine sqrt subtract tan tanh xor").split())
+
+
 def as_op(owner) -> ir.Operation:
     """The operation behind an op view or an `ir.Operation` (a value's `owner`)."""
     return owner if isinstance(owner, ir.Operation) else owner.operation
+
+
+def defining_op(value: ir.Value) -> ir.Operation | None:
+    """The op whose result `value` is; None for a block argument."""
+    return as_op(value.owner) if isinstance(value, ir.OpResult) else None
 
 
 def contains(op: ir.Operation, names) -> bool:
