@@ -94,16 +94,8 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
 
     def completed(self, site: ScatterSite, block: ir.Value, scan) -> ir.Value:
         """The all_gather of this device's block over the all_reduce's groups."""
-        attrs = site.scatter.attributes
-        handle = None
-        if "channel_handle" in attrs:
-            kind = stablehlo.ChannelHandle(attrs["channel_handle"]).channel_type
-            handle = stablehlo.ChannelHandle.get(scan.new_channel(), kind)
-        gather = stablehlo.AllGatherOp(
-            [site.scatter.results[0].type], [block], site.scatter_dim,
-            attrs["replica_groups"], channel_handle=handle,
-            use_global_device_ids="use_global_device_ids" in attrs or None)
-        return gather.results[0]
+        return b.all_gather_like(site.scatter, block, site.scatter_dim,
+                                 site.scatter.results[0].type, scan)
 
 
 def _rank(op: ir.Operation) -> int:

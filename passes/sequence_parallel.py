@@ -37,28 +37,25 @@ from jaxlib.mlir.dialects import sdy, stablehlo
 
 from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.groups.meshes import find_mesh, module_of
-from overlap_hlo.ir.dominance import callee
+from overlap_hlo.ir.dominance import callee, private_calls
 from overlap_hlo.ir.dots import tensor_bytes
 from overlap_hlo.ir.lookthrough import DOTS, users_through_views
-from overlap_hlo.ir.ops import as_op, contains
+from overlap_hlo.ir import ops
+from overlap_hlo.ir.ops import as_op, contains, defining_op
 from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.rewrite import builders as b
 from overlap_hlo.rewrite.rewrite_pass import restore, verification_error
 from overlap_hlo.rewrite.scan import ModuleScan
 from overlap_hlo.rewrite.site import SiteLog
 
-ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
-    "abs", "add", "and", "atan2", "bitcast_convert", "cbrt", "ceil", "clamp", "compare",
-    "convert", "cosine", "count_leading_zeros", "divide", "exponential",
-    "exponential_minus_one", "floor", "imag", "is_finite", "log", "log_plus_one",
-    "logistic", "maximum", "minimum", "multiply", "negate", "not", "or", "popcnt", "power",
-    "real", "reduce_precision", "remainder", "round_nearest_afz", "round_nearest_even",
-    "rsqrt", "select", "shift_left", "shift_right_arithmetic", "shift_right_logical",
-    "sign", "sine", "sqrt", "subtract", "tan", "tanh", "xor")) | frozenset(
+# The shared elementwise ops, and more that keep elements apart (integer and bit ops,
+# complex parts, CHLO's: `jnp.square` is `chlo.square`).
+ELEMENTWISE = ops.ELEMENTWISE | frozenset(f"stablehlo.{name}" for name in (
+    "bitcast_convert count_leading_zeros imag popcnt real reduce_precision shift_left "
+    "shift_right_arithmetic shift_right_logical").split()) | frozenset(
     f"chlo.{name}" for name in (
-        "acos", "acosh", "asin", "asinh", "atan", "atanh", "conj", "cosh", "digamma", "erf",
-        "erf_inv", "erfc", "is_inf", "is_neg_inf", "is_pos_inf", "lgamma", "next_after",
-        "polygamma", "sinh", "square", "tan", "zeta"))
+        "acos acosh asin asinh atan atanh conj cosh digamma erf erf_inv erfc is_inf "
+        "is_neg_inf is_pos_inf lgamma next_after polygamma sinh square tan zeta").split())
 SHAPE_OPS = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.transpose",
                        "stablehlo.reshape", "stablehlo.reduce"})
 # Ops whose result may differ between devices that read the same operands.
@@ -78,7 +75,7 @@ class Gathered:
     dim: int
     seed: ir.Operation            # the all_gather whose groups it is gathered over
     component: int                # the group of moved ops it belongs to
-    shard: ir.Value | None = None  # built once the component is kept
+    shard: ir.Value | None = None  # the seed's operand; a moved op's, once it is built
 
 
 @dataclass
@@ -203,7 +200,8 @@ class _Block:
                 or not isinstance(result, ir.RankedTensorType) or not result.has_static_shape):
             return False
         dim = ir.IntegerAttr(op.attributes["all_gather_dim"]).value
-        self.gathered[op.results[0]] = Gathered(dim, op, self._new_component())
+        self.gathered[op.results[0]] = Gathered(dim, op, self._new_component(),
+                                                shard=op.operands[0])
         return True
 
     def _plan(self, op: ir.Operation) -> None:
@@ -276,10 +274,8 @@ class _Block:
                 operands = []
                 for value, dim in zip(op.operands, move.slice_dims):
                     g = self.gathered.get(value)
-                    if g is not None and g.shard is not None:
+                    if g is not None:   # a seed's operand, or a moved op's clone
                         operands.append(g.shard)
-                    elif g is not None and g.seed == as_op(value.owner):
-                        operands.append(g.seed.operands[0])
                     elif dim is not None:
                         operands.append(_rows_of(value, dim, ring.size, position))
                     else:
@@ -294,7 +290,7 @@ class _Block:
                 self.gathered[value].shard = new
         for move in component.moves:
             for value in move.op.results:
-                if self._read_elsewhere_than(value, moved_here):
+                if self._read_elsewhere(value):
                     self._gather_before(move.op, value, component.seeds[0])
         for op in reversed(moved_here):
             op.erase()
@@ -305,23 +301,13 @@ class _Block:
             f"{len(moved_here)} ops after {len(component.seeds)} all_gather(s) moved onto "
             "the shard; the all_gathers now feed the next dots"))))
 
-    def _read_elsewhere_than(self, value: ir.Value, moved: list[ir.Operation]) -> bool:
-        return any(as_op(use.owner) not in moved for use in value.uses)
-
     def _gather_before(self, op: ir.Operation, value: ir.Value, seed: ir.Operation) -> None:
         """Readers of `value` other than the moved ops read an all_gather of its shard,
         built right before `op` (its producer)."""
-        attrs = seed.attributes
-        handle = None
-        if "channel_handle" in attrs:
-            kind = stablehlo.ChannelHandle(attrs["channel_handle"]).channel_type
-            handle = stablehlo.ChannelHandle.get(self.scan.new_channel(), kind)
+        g = self.gathered[value]
         with op.location, ir.InsertionPoint(op):
-            gather = stablehlo.AllGatherOp(
-                [value.type], [self.gathered[value].shard], self.gathered[value].dim,
-                attrs["replica_groups"], channel_handle=handle,
-                use_global_device_ids="use_global_device_ids" in attrs or None)
-        value.replace_all_uses_with(gather.results[0])
+            gather = b.all_gather_like(seed, g.shard, g.dim, value.type, self.scan)
+        value.replace_all_uses_with(gather)
 
     # Facts about values.
 
@@ -388,14 +374,7 @@ class _Block:
     def _same_argument(self, value: ir.Value, seed: ir.Operation, depth: int) -> bool:
         """A private function's argument: every call passes a value that is the same
         everywhere."""
-        func = _function_of(value.owner)
-        visibility = func.attributes["sym_visibility"] if "sym_visibility" in \
-            func.attributes else None
-        if not isinstance(visibility, ir.StringAttr) or visibility.value != "private":
-            return False
-        name = ir.StringAttr(func.attributes["sym_name"]).value
-        callers = self.scan.callers
-        calls = None if name in callers.other else callers.calls.get(name)
+        calls = private_calls(_function_of(value.owner), self.scan.callers)
         return bool(calls) and all(
             self._same_everywhere(call.operands[value.arg_number], seed, depth + 1)
             for call in calls)
@@ -527,9 +506,8 @@ def _rows_of(value: ir.Value, dim: int, parts: int, position: ir.Value) -> ir.Va
     `dim`: a smaller broadcast when the dim is broadcast, else a dynamic_slice."""
     vtype = value.type
     rows = vtype.shape[dim] // parts
-    owner = value.owner
-    if not isinstance(owner, ir.Block) and as_op(owner).name == "stablehlo.broadcast_in_dim":
-        op = as_op(owner)
+    op = defining_op(value)
+    if op is not None and op.name == "stablehlo.broadcast_in_dim":
         mapped = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
         source = op.operands[0].type.shape
         if dim not in mapped or source[mapped.index(dim)] == 1:

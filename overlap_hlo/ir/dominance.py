@@ -253,14 +253,25 @@ def is_uniform(value: ir.Value, assumed: set, callers: Callers | None = None) ->
 def _uniform_argument(func: ir.Operation, index: int, assumed: set,
                       callers: Callers | None) -> bool:
     """Argument `index` of `func` is the same on every device."""
-    public = "sym_visibility" not in func.attributes or \
-        ir.StringAttr(func.attributes["sym_visibility"]).value == "public"
-    if public:
+    if is_public(func):
         if "arg_attrs" not in func.attributes:
             return False
         attrs = ir.ArrayAttr(func.attributes["arg_attrs"])[index]
         return "jax.global_constant" in ir.DictAttr(attrs)
-    name = ir.StringAttr(func.attributes["sym_name"]).value
-    calls = None if callers is None or name in callers.other else callers.calls.get(name)
+    calls = private_calls(func, callers)
     return bool(calls) and all(is_uniform(call.operands[index], assumed, callers)
                                for call in calls)
+
+
+def is_public(func: ir.Operation) -> bool:
+    return "sym_visibility" not in func.attributes or \
+        ir.StringAttr(func.attributes["sym_visibility"]).value == "public"
+
+
+def private_calls(func: ir.Operation, callers: Callers | None) -> list[ir.Operation] | None:
+    """Every func.call of a non-public `func`, when only func.calls name it (`callers`
+    lists them); else None: a caller may be out of sight."""
+    if callers is None or is_public(func):
+        return None
+    name = ir.StringAttr(func.attributes["sym_name"]).value
+    return None if name in callers.other else callers.calls.get(name)

@@ -293,6 +293,20 @@ def collective_permute(value: ir.Value, pairs: Sequence[tuple[int, int]],
     return stablehlo.collective_permute(value, pairs_attr, channel_handle=handle)
 
 
+def all_gather_like(collective: ir.Operation, value: ir.Value, dim: int,
+                    result_type: ir.Type, scan) -> ir.Value:
+    """An all_gather of `value` along `dim` over `collective`'s groups and kind of ids,
+    on a fresh channel (from `scan`, the ModuleScan) when `collective` has one."""
+    attrs = collective.attributes
+    handle = None
+    if "channel_handle" in attrs:
+        kind = stablehlo.ChannelHandle(attrs["channel_handle"]).channel_type
+        handle = stablehlo.ChannelHandle.get(scan.new_channel(), kind)
+    return stablehlo.AllGatherOp(
+        [result_type], [value], dim, attrs["replica_groups"], channel_handle=handle,
+        use_global_device_ids="use_global_device_ids" in attrs or None).results[0]
+
+
 def barrier(values: Sequence[ir.Value]) -> list[ir.Value]:
     """`values` through one `optimization_barrier`: the compiler cannot fuse what
     produces them with what reads them."""
