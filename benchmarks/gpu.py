@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import math
 import os
+import statistics
 import sys
 import time
 
@@ -94,9 +94,6 @@ def table(results: list[dict]) -> str:
 
 
 def verdict(results: list[dict]) -> str:
-    def geomean(values):
-        return math.exp(sum(math.log(v) for v in values) / len(values))
-
     parts = []
     for column in VARIANTS:
         speedups = [r["variants"][ORIGINAL]["predicted_us"]
@@ -107,7 +104,8 @@ def verdict(results: list[dict]) -> str:
         overlapped = sum(r["variants"][column]["overlapped"] for r in results)
         sync = sum(r["variants"][column]["synchronous"] for r in results)
         slower = sum(s < 0.995 for s in speedups)
-        parts.append(f"{column}: {geomean(speedups):.3f}x the original (geometric mean, "
+        mean = statistics.geometric_mean(speedups)
+        parts.append(f"{column}: {mean:.3f}x the original (geometric mean, "
                      f"{min(speedups):.2f}-{max(speedups):.2f}x, {slower} "
                      f"slower), at least as fast as XLA's windowed einsum in "
                      f"{sum(a >= 0.995 for a in against)} of {len(results)}; permutes "

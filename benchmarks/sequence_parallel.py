@@ -18,7 +18,6 @@ datasheet profile), not a measurement.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -32,6 +31,7 @@ import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
+from benchmarks.tpu import write_outputs  # noqa: E402
 from overlap_hlo import DEFAULT_PIPELINE  # noqa: E402
 from overlap_hlo.targets import gpu, report, tpu  # noqa: E402
 
@@ -95,9 +95,7 @@ def main(argv=None) -> int:
           f"{time.perf_counter() - start:.0f} s. A MODEL of the compiled schedules "
           "(overlap-report's choice per pipeline), not a measurement.")
     print(table(rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    write_outputs(table(rows), None, args.json, rows)
     return 0
 
 

@@ -615,17 +615,15 @@ def _leaves(result):
 
 def draw_any(rng: random.Random, seed: int):
     """One case of any generator, in the shares above."""
-    pick = rng.random()
-    if pick < HUGE_SHARE:
-        return draw_huge(rng)
-    if pick < HUGE_SHARE + PROMOTED_SHARE:
-        return draw_promoted(rng, seed)
-    if pick < HUGE_SHARE + PROMOTED_SHARE + API_SHARE:
-        return draw_api(rng, seed)
-    if pick < HUGE_SHARE + PROMOTED_SHARE + API_SHARE + EXCHANGE_SHARE:
-        return draw_exchange(rng, seed)
-    if pick < HUGE_SHARE + PROMOTED_SHARE + API_SHARE + EXCHANGE_SHARE + BLOCK_SHARE:
-        return draw_block(rng, seed)
+    pick, bound = rng.random(), 0.0
+    for share, generator in ((HUGE_SHARE, lambda: draw_huge(rng)),
+                             (PROMOTED_SHARE, lambda: draw_promoted(rng, seed)),
+                             (API_SHARE, lambda: draw_api(rng, seed)),
+                             (EXCHANGE_SHARE, lambda: draw_exchange(rng, seed)),
+                             (BLOCK_SHARE, lambda: draw_block(rng, seed))):
+        bound += share
+        if pick < bound:
+            return generator()
     return draw(rng, seed=seed)
 
 
