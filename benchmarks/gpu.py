@@ -7,8 +7,9 @@ The layers and dims are those of benchmarks/tpu.py (bf16 MLP, SwiGLU MLP, Q/K/V 
 FSDP at the paper's dims and at 70B-class dims), tensor parallel over 8 GPUs of one
 host. For each target (H100, H200, B200), the same compiler builds: the shard_map
 original, the original rewritten by overlap_hlo (what `overlap-report --gpu` keeps by
-default, then every site with one stream and with two), and XLA's own windowed einsum
-on the auto-sharded layer (`xla_gpu_threshold_for_windowed_einsum_mib=0`,
+default, then every site with one stream, with two, and with two unrolled by 2), and
+XLA's own windowed einsum on the auto-sharded layer
+(`xla_gpu_threshold_for_windowed_einsum_mib=0`,
 `xla_gpu_multi_streamed_windowed_einsum=true`). Per executable: permutes with a GEMM
 scheduled between start and done / permutes, permutes XLA made synchronous, GPU
 temporaries, and the predicted step time.
@@ -41,7 +42,9 @@ from overlap_hlo.targets.gpu_timing import GpuTiming  # noqa: E402
 
 VARIANTS = {"chosen": {},   # the target's profile decides, checked in the compiled schedule
             "rewritten": {"threshold_mib": 0, "bidirectional": False},
-            "bidirectional": {"threshold_mib": 0, "bidirectional": True}}
+            "bidirectional": {"threshold_mib": 0, "bidirectional": True},
+            "bidirectional, unroll=2": {"threshold_mib": 0, "bidirectional": True,
+                                        "unroll": 2}}
 XLA = "xla windowed einsum"
 ORIGINAL = "original"
 COLUMNS = [ORIGINAL, *VARIANTS, XLA]

@@ -10,30 +10,32 @@
 // both shards but sends only the down one on. The FLAG prefix checks the same
 // through the command-line flags and the default pipeline.
 
-// All_gather over one group of 8: rounds 1 and 2 are the uniform bidirectional
-// rounds and form exactly one loop iteration (stop 3, step 2): no round is left
-// over from the unroll. Round 3, the round before the last, runs after the loop: a
-// dot for each of the loop's two carried shards, and only the down shard is sent on
-// (block p + 4 is reached by the down stream). The last round (block p + 4)
-// multiplies that shard. 7 permutes: 4 down, 3 up.
+// All_gather over one group of 12: rounds 1..4 are the uniform bidirectional
+// rounds and form two loop iterations (stop 5, step 2): no round is left over from
+// the unroll. Round 5, the round before the last, runs after the loop: a dot for
+// each of the loop's two carried shards, and only the down shard is sent on (block
+// p + 6 is reached by the down stream). The last round (block p + 6) multiplies
+// that shard. 7 permutes built: 4 down, 3 up. (In a group of 8 the uniform rounds
+// would fill one iteration, and a loop that would run once is not built: the
+// rounds are emitted inline; bidirectional.mlir checks that form.)
 // CHECK-LABEL: func.func @gather
 // CHECK-SAME: (%[[G_X:.*]]: tensor<1x16xf32>, %[[G_W:.*]]: tensor<16x8xf32>)
 // CHECK-NOT: stablehlo.all_gather
 // CHECK: %[[G_POS:.*]] = stablehlo.reshape {{.*}} : (tensor<1xi32>) -> tensor<i32>
-// CHECK: %[[G_D0:.*]] = "stablehlo.collective_permute"(%[[G_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
-// CHECK-NEXT: %[[G_U0:.*]] = "stablehlo.collective_permute"(%[[G_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK: %[[G_D0:.*]] = "stablehlo.collective_permute"(%[[G_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 11], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8], [10, 9], [11, 10]]> : tensor<12x2xi64>}>
+// CHECK-NEXT: %[[G_U0:.*]] = "stablehlo.collective_permute"(%[[G_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 10], [10, 11], [11, 0]]> : tensor<12x2xi64>}>
 // CHECK: %[[G_LOOP:.*]]:6 = stablehlo.while(%[[G_K:[^ ]+]] = %{{[^ ]+}}, %[[G_DOWN:[^ ]+]] = %[[G_D0]], %[[G_UP:[^ ]+]] = %[[G_U0]], %[[G_ACC:[^ ]+]] = %{{[^ ]+}}, %[[G_OTHER:[^ ]+]] = %[[G_W]], %{{.*}})
 // CHECK: cond {
-// CHECK-NEXT: stablehlo.constant dense<3> : tensor<i32>
+// CHECK-NEXT: stablehlo.constant dense<5> : tensor<i32>
 // CHECK: } do {
-// CHECK-NEXT: %[[G_D1:.*]] = "stablehlo.collective_permute"(%[[G_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
-// CHECK-NEXT: %[[G_U1:.*]] = "stablehlo.collective_permute"(%[[G_UP]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[G_D1:.*]] = "stablehlo.collective_permute"(%[[G_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 11], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8], [10, 9], [11, 10]]> : tensor<12x2xi64>}>
+// CHECK-NEXT: %[[G_U1:.*]] = "stablehlo.collective_permute"(%[[G_UP]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 10], [10, 11], [11, 0]]> : tensor<12x2xi64>}>
 // CHECK: stablehlo.dot_general %[[G_DOWN]], %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
 // CHECK: stablehlo.dot_general %[[G_UP]], %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
 // CHECK: %[[G_K1:.*]] = stablehlo.add %[[G_K]], %{{[^ ]+}} : tensor<i32>
 // CHECK-NEXT: %[[G_D1_T:.*]]:3 = stablehlo.optimization_barrier %[[G_D1]], %[[G_U1]], %{{[^ ]+}} :
-// CHECK-NEXT: %[[G_D2:.*]] = "stablehlo.collective_permute"(%[[G_D1_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
-// CHECK-NEXT: %[[G_U2:.*]] = "stablehlo.collective_permute"(%[[G_D1_T]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 0]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[G_D2:.*]] = "stablehlo.collective_permute"(%[[G_D1_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 11], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8], [10, 9], [11, 10]]> : tensor<12x2xi64>}>
+// CHECK-NEXT: %[[G_U2:.*]] = "stablehlo.collective_permute"(%[[G_D1_T]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 10], [10, 11], [11, 0]]> : tensor<12x2xi64>}>
 // CHECK: stablehlo.dot_general %[[G_D1_T]]#0, %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
 // CHECK: stablehlo.subtract %{{.*}}, %[[G_K1]] : tensor<i32>
 // CHECK: stablehlo.dot_general %[[G_D1_T]]#1, %[[G_OTHER]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
@@ -42,112 +44,112 @@
 // CHECK-NEXT: %[[G_NEXT:.*]] = stablehlo.add %[[G_K]], %[[G_STEP]] : tensor<i32>
 // CHECK-NEXT: stablehlo.return %[[G_NEXT]], %[[G_D2]], %[[G_U2]],
 // CHECK-NEXT: }
-// CHECK-NEXT: %[[G_D3:.*]] = "stablehlo.collective_permute"(%[[G_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
+// CHECK-NEXT: %[[G_D3:.*]] = "stablehlo.collective_permute"(%[[G_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>, source_target_pairs = dense<{{\[}}[0, 11], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8], [10, 9], [11, 10]]> : tensor<12x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: stablehlo.dot_general %[[G_LOOP]]#1, %[[G_W]]
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: stablehlo.dot_general %[[G_LOOP]]#2, %[[G_W]]
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: %[[G_FOUR:.*]] = stablehlo.constant dense<4> : tensor<i32>
-// CHECK-NEXT: stablehlo.add %[[G_POS]], %[[G_FOUR]] : tensor<i32>
+// CHECK: %[[G_SIX:.*]] = stablehlo.constant dense<6> : tensor<i32>
+// CHECK-NEXT: stablehlo.add %[[G_POS]], %[[G_SIX]] : tensor<i32>
 // CHECK: stablehlo.dot_general %[[G_D3]], %[[G_W]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: return
 // FLAG-LABEL: func.func @gather
 // FLAG: stablehlo.while
 // FLAG: } do {
-// FLAG-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0]
+// FLAG-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 11], [1, 0]
 // FLAG-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2]
 // FLAG: stablehlo.dot_general
 // FLAG: stablehlo.dot_general
-// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0]
+// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 11], [1, 0]
 // FLAG-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2]
 // FLAG: stablehlo.dot_general
 // FLAG: stablehlo.dot_general
 // FLAG: stablehlo.return
-// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 7], [1, 0]
+// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 11], [1, 0]
 // FLAG-NOT: "stablehlo.collective_permute"
 // FLAG: return
-module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
-  func.func @gather(%arg0: tensor<1x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<8x8xf32> {
-    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids}> : (tensor<1x16xf32>) -> tensor<8x16xf32>
-    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
-    return %1 : tensor<8x8xf32>
+module attributes {mhlo.num_partitions = 12 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @gather(%arg0: tensor<1x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<12x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]]> : tensor<1x12xi64>, use_global_device_ids}> : (tensor<1x16xf32>) -> tensor<12x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<12x16xf32>, tensor<16x8xf32>) -> tensor<12x8xf32>
+    return %1 : tensor<12x8xf32>
   }
 }
 
 // -----
 
-// All_gather over one group of 10: rounds 1..3 are the uniform bidirectional
-// rounds: rounds 1 and 2 form one loop iteration (stop 3, step 2), and round 3,
+// All_gather over one group of 14: rounds 1..5 are the uniform bidirectional
+// rounds: rounds 1..4 form two loop iterations (stop 5, step 2), and round 5,
 // left over from the unroll, runs inline after the loop, still bidirectional: it
 // sends both of the loop's shards on (handles 8 and 9) and multiplies them (blocks
-// p + 3 and p + 7). Round 4, the round before the last, multiplies
-// round 3's two shards (blocks p + 4 and p + 6) and sends only the down one on
-// (handle 10); the last round (block p + 5) multiplies that shard. 9 permutes: 5
-// down, 4 up.
-// CHECK-LABEL: func.func @gather_10
+// p + 5 and p + 9). Round 6, the round before the last, multiplies
+// round 5's two shards (blocks p + 6 and p + 8) and sends only the down one on
+// (handle 10); the last round (block p + 7) multiplies that shard. 9 permutes
+// built: 5 down, 4 up.
+// CHECK-LABEL: func.func @gather_14
 // CHECK-SAME: (%[[G10_X:.*]]: tensor<1x16xf32>, %[[G10_W:.*]]: tensor<16x8xf32>)
 // CHECK-NOT: stablehlo.all_gather
 // CHECK: %[[G10_POS:.*]] = stablehlo.reshape {{.*}} : (tensor<1xi32>) -> tensor<i32>
-// CHECK: %[[G10_D0:.*]] = "stablehlo.collective_permute"(%[[G10_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 9], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8]]> : tensor<10x2xi64>}>
-// CHECK-NEXT: %[[G10_U0:.*]] = "stablehlo.collective_permute"(%[[G10_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 0]]> : tensor<10x2xi64>}>
+// CHECK: %[[G10_D0:.*]] = "stablehlo.collective_permute"(%[[G10_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<{{\[}}[0, 13], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8], [10, 9], [11, 10], [12, 11], [13, 12]]> : tensor<14x2xi64>}>
+// CHECK-NEXT: %[[G10_U0:.*]] = "stablehlo.collective_permute"(%[[G10_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 10], [10, 11], [11, 12], [12, 13], [13, 0]]> : tensor<14x2xi64>}>
 // CHECK-NEXT: %[[G10_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[G10_DOWN:[^ ]+]] = %[[G10_D0]], %[[G10_UP:[^ ]+]] = %[[G10_U0]],
 // CHECK: cond {
-// CHECK-NEXT: stablehlo.constant dense<3> : tensor<i32>
+// CHECK-NEXT: stablehlo.constant dense<5> : tensor<i32>
 // CHECK: } do {
-// CHECK-NEXT: %[[G10_D1:.*]] = "stablehlo.collective_permute"(%[[G10_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 9], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8]]> : tensor<10x2xi64>}>
-// CHECK-NEXT: %[[G10_U1:.*]] = "stablehlo.collective_permute"(%[[G10_UP]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 0]]> : tensor<10x2xi64>}>
+// CHECK-NEXT: %[[G10_D1:.*]] = "stablehlo.collective_permute"(%[[G10_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 13], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8], [10, 9], [11, 10], [12, 11], [13, 12]]> : tensor<14x2xi64>}>
+// CHECK-NEXT: %[[G10_U1:.*]] = "stablehlo.collective_permute"(%[[G10_UP]]) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 10], [10, 11], [11, 12], [12, 13], [13, 0]]> : tensor<14x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: stablehlo.dot_general %[[G10_DOWN]],
 // CHECK: stablehlo.dot_general %[[G10_UP]],
 // CHECK: %[[G10_D1_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[G10_D1]], %[[G10_U1]],
-// CHECK-NEXT: %[[G10_D2:.*]] = "stablehlo.collective_permute"(%[[G10_D1_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 9], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8]]> : tensor<10x2xi64>}>
-// CHECK-NEXT: %[[G10_U2:.*]] = "stablehlo.collective_permute"(%[[G10_D1_T]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 0]]> : tensor<10x2xi64>}>
+// CHECK-NEXT: %[[G10_D2:.*]] = "stablehlo.collective_permute"(%[[G10_D1_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 13], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8], [10, 9], [11, 10], [12, 11], [13, 12]]> : tensor<14x2xi64>}>
+// CHECK-NEXT: %[[G10_U2:.*]] = "stablehlo.collective_permute"(%[[G10_D1_T]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 10], [10, 11], [11, 12], [12, 13], [13, 0]]> : tensor<14x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: stablehlo.dot_general %[[G10_D1_T]]#0,
 // CHECK: stablehlo.dot_general %[[G10_D1_T]]#1,
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: stablehlo.return %{{[^ ]+}}, %[[G10_D2]], %[[G10_U2]],
 // CHECK-NEXT: }
-// CHECK-NEXT: %[[G10_D3:.*]] = "stablehlo.collective_permute"(%[[G10_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>, source_target_pairs = dense<{{\[}}[0, 9], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8]]> : tensor<10x2xi64>}>
-// CHECK-NEXT: %[[G10_U3:.*]] = "stablehlo.collective_permute"(%[[G10_LOOP]]#2) <{channel_handle = #stablehlo.channel_handle<handle = 9, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 0]]> : tensor<10x2xi64>}>
+// CHECK-NEXT: %[[G10_D3:.*]] = "stablehlo.collective_permute"(%[[G10_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>, source_target_pairs = dense<{{\[}}[0, 13], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8], [10, 9], [11, 10], [12, 11], [13, 12]]> : tensor<14x2xi64>}>
+// CHECK-NEXT: %[[G10_U3:.*]] = "stablehlo.collective_permute"(%[[G10_LOOP]]#2) <{channel_handle = #stablehlo.channel_handle<handle = 9, type = 1>, source_target_pairs = dense<{{\[}}[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [6, 7], [7, 8], [8, 9], [9, 10], [10, 11], [11, 12], [12, 13], [13, 0]]> : tensor<14x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: %[[G10_C3:.*]] = stablehlo.constant dense<3> : tensor<i32>
+// CHECK: %[[G10_C3:.*]] = stablehlo.constant dense<5> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[G10_POS]], %[[G10_C3]] : tensor<i32>
 // CHECK: stablehlo.dot_general %[[G10_LOOP]]#1, %[[G10_W]]
-// CHECK: %[[G10_C7:.*]] = stablehlo.constant dense<7> : tensor<i32>
+// CHECK: %[[G10_C7:.*]] = stablehlo.constant dense<9> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[G10_POS]], %[[G10_C7]] : tensor<i32>
 // CHECK: stablehlo.dot_general %[[G10_LOOP]]#2, %[[G10_W]]
 // CHECK: %[[G10_D3_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[G10_D3]], %[[G10_U3]],
-// CHECK-NEXT: %[[G10_D4:.*]] = "stablehlo.collective_permute"(%[[G10_D3_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 10, type = 1>, source_target_pairs = dense<{{\[}}[0, 9], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8]]> : tensor<10x2xi64>}>
+// CHECK-NEXT: %[[G10_D4:.*]] = "stablehlo.collective_permute"(%[[G10_D3_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 10, type = 1>, source_target_pairs = dense<{{\[}}[0, 13], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6], [8, 7], [9, 8], [10, 9], [11, 10], [12, 11], [13, 12]]> : tensor<14x2xi64>}>
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: %[[G10_C4:.*]] = stablehlo.constant dense<4> : tensor<i32>
+// CHECK: %[[G10_C4:.*]] = stablehlo.constant dense<6> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[G10_POS]], %[[G10_C4]] : tensor<i32>
 // CHECK: stablehlo.dot_general %[[G10_D3_T]]#0, %[[G10_W]]
-// CHECK: %[[G10_C6:.*]] = stablehlo.constant dense<6> : tensor<i32>
+// CHECK: %[[G10_C6:.*]] = stablehlo.constant dense<8> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[G10_POS]], %[[G10_C6]] : tensor<i32>
 // CHECK: stablehlo.dot_general %[[G10_D3_T]]#1, %[[G10_W]]
 // CHECK-NOT: stablehlo.collective_permute
-// CHECK: %[[G10_C5:.*]] = stablehlo.constant dense<5> : tensor<i32>
+// CHECK: %[[G10_C5:.*]] = stablehlo.constant dense<7> : tensor<i32>
 // CHECK-NEXT: stablehlo.add %[[G10_POS]], %[[G10_C5]] : tensor<i32>
 // CHECK: stablehlo.dot_general %[[G10_D4]], %[[G10_W]], contracting_dims = [1] x [0] : (tensor<1x16xf32>, tensor<16x8xf32>) -> tensor<1x8xf32>
 // CHECK-NOT: stablehlo.collective_permute
 // CHECK: return
-// FLAG-LABEL: func.func @gather_10
+// FLAG-LABEL: func.func @gather_14
 // FLAG: } do {
 // FLAG: stablehlo.return
 // FLAG-NEXT: }
-// FLAG-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 9], [1, 0]
+// FLAG-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 13], [1, 0]
 // FLAG-NEXT: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 1], [1, 2]
-// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 9], [1, 0]
+// FLAG: "stablehlo.collective_permute"{{.*}}source_target_pairs = dense<{{\[}}[0, 13], [1, 0]
 // FLAG-NOT: "stablehlo.collective_permute"
 // FLAG: return
-module attributes {mhlo.num_partitions = 10 : i32, mhlo.num_replicas = 1 : i32} {
-  func.func @gather_10(%arg0: tensor<1x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<10x8xf32> {
-    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]]> : tensor<1x10xi64>, use_global_device_ids}> : (tensor<1x16xf32>) -> tensor<10x16xf32>
-    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<10x16xf32>, tensor<16x8xf32>) -> tensor<10x8xf32>
-    return %1 : tensor<10x8xf32>
+module attributes {mhlo.num_partitions = 14 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @gather_14(%arg0: tensor<1x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<14x8xf32> {
+    %0 = "stablehlo.all_gather"(%arg0) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]]> : tensor<1x14xi64>, use_global_device_ids}> : (tensor<1x16xf32>) -> tensor<14x16xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<14x16xf32>, tensor<16x8xf32>) -> tensor<14x8xf32>
+    return %1 : tensor<14x8xf32>
   }
 }
 

@@ -5,7 +5,8 @@
 
 // unroll=U: the loop body runs U ring rounds, its induction variable steps by U,
 // and the middle rounds that do not fill a whole iteration run inline after the
-// loop (before the peeled last round). Inside an iteration each round's permute
+// loop (before the peeled last round); a loop that would run once is not built
+// (its rounds run inline). Inside an iteration each round's permute
 // reads the shard (or accumulator) the previous round moved, so every round keeps
 // one permute next to one dot that does not read it; in the all_gather ring that
 // shard passes, with the previous round's result, through an optimization_barrier
@@ -17,8 +18,10 @@
 // unroll=2: three iterations of two rounds (k and k + 1), stop at 7, step 2, no
 //   remainder; round 7 after the loop.
 // unroll=3: two iterations of three rounds.
-// unroll=4: one iteration of four rounds (stop at 5), then the remainder rounds 5
-//   and 6 inline (each with its permute), then round 7 without one.
+// unroll=4: one iteration of four rounds would run once, and such a loop is not
+//   built: rounds 1..6 inline (each with its permute, after the optimization_barrier
+//   that ties the shard it sends to the previous round's product), then round 7
+//   without one.
 // U2-LABEL: func.func @ag8
 // U2-SAME: (%[[U2A_X:.*]]: tensor<1x16xf32>, %[[U2A_W:.*]]: tensor<16x8xf32>)
 // U2: %[[U2A_SENT:.*]] = "stablehlo.collective_permute"(%[[U2A_X]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>
@@ -72,35 +75,29 @@
 // U3-NOT: stablehlo.collective_permute
 // U3: return
 // U4-LABEL: func.func @ag8
-// U4: "stablehlo.collective_permute"(%arg0) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>
-// U4: %[[U4A_LOOP:.*]]:5 = stablehlo.while(%[[U4A_K:[^ ]+]] = %{{[^ ]+}}, %[[U4A_CUR:[^ ]+]] = %{{[^ ]+}},
-// U4: cond {
-// U4-NEXT: stablehlo.constant dense<5> : tensor<i32>
-// U4: } do {
-// U4-NEXT: %[[U4A_M1:.*]] = "stablehlo.collective_permute"(%[[U4A_CUR]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
-// U4: %[[U4A_M1_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U4A_M1]],
-// U4-NEXT: %[[U4A_M2:.*]] = "stablehlo.collective_permute"(%[[U4A_M1_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>
-// U4: %[[U4A_M2_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U4A_M2]],
-// U4-NEXT: %[[U4A_M3:.*]] = "stablehlo.collective_permute"(%[[U4A_M2_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>
-// U4: %[[U4A_M3_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U4A_M3]],
-// U4-NEXT: %[[U4A_M4:.*]] = "stablehlo.collective_permute"(%[[U4A_M3_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>
-// U4: stablehlo.dot_general %[[U4A_M3_T]]#0,
-// U4-NOT: stablehlo.collective_permute
-// U4: %[[U4A_STEP:.*]] = stablehlo.constant dense<4> : tensor<i32>
-// U4-NEXT: %[[U4A_NEXT:.*]] = stablehlo.add %[[U4A_K]], %[[U4A_STEP]]
-// U4-NEXT: stablehlo.return %[[U4A_NEXT]], %[[U4A_M4]],
-// U4-NEXT: }
-// U4-NEXT: %[[U4A_R5:.*]] = "stablehlo.collective_permute"(%[[U4A_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>
-// U4-NEXT: %[[U4A_FIVE:.*]] = stablehlo.constant dense<5> : tensor<i32>
-// U4: stablehlo.dot_general %[[U4A_LOOP]]#1, %arg1
+// U4-NOT: stablehlo.while
+// U4: %[[U4A_R0:.*]] = "stablehlo.collective_permute"(%arg0) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>
+// U4: %[[U4A_R0_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U4A_R0]],
+// U4-NEXT: %[[U4A_R1:.*]] = "stablehlo.collective_permute"(%[[U4A_R0_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
+// U4: stablehlo.dot_general %[[U4A_R0_T]]#0, %arg1
+// U4: %[[U4A_R1_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U4A_R1]],
+// U4-NEXT: %[[U4A_R2:.*]] = "stablehlo.collective_permute"(%[[U4A_R1_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>
+// U4: stablehlo.dot_general %[[U4A_R1_T]]#0, %arg1
+// U4: %[[U4A_R2_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U4A_R2]],
+// U4-NEXT: %[[U4A_R3:.*]] = "stablehlo.collective_permute"(%[[U4A_R2_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 5, type = 1>
+// U4: stablehlo.dot_general %[[U4A_R2_T]]#0, %arg1
+// U4: %[[U4A_R3_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U4A_R3]],
+// U4-NEXT: %[[U4A_R4:.*]] = "stablehlo.collective_permute"(%[[U4A_R3_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>
+// U4: stablehlo.dot_general %[[U4A_R3_T]]#0, %arg1
+// U4: %[[U4A_R4_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U4A_R4]],
+// U4-NEXT: %[[U4A_R5:.*]] = "stablehlo.collective_permute"(%[[U4A_R4_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 7, type = 1>
+// U4: stablehlo.dot_general %[[U4A_R4_T]]#0, %arg1
 // U4: %[[U4A_R5_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U4A_R5]],
 // U4-NEXT: %[[U4A_R6:.*]] = "stablehlo.collective_permute"(%[[U4A_R5_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 8, type = 1>
-// U4-NEXT: %[[U4A_SIX:.*]] = stablehlo.constant dense<6> : tensor<i32>
 // U4: stablehlo.dot_general %[[U4A_R5_T]]#0, %arg1
 // U4-NOT: stablehlo.collective_permute
-// U4: %[[U4A_SEVEN:.*]] = stablehlo.constant dense<7> : tensor<i32>
 // U4: stablehlo.dot_general %[[U4A_R6]], %arg1
-// U4-NOT: stablehlo.collective_permute
+// U4-NOT: {{stablehlo.collective_permute|stablehlo.while}}
 // U4: return
 // FLAG-LABEL: func.func @ag8
 // FLAG: %[[FA_TWO:.*]] = stablehlo.constant dense<2> : tensor<i32>
@@ -196,26 +193,24 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // -----
 
 // All_gather over 2 groups of 4 (blocks of 3 rows): rounds 1 and 2 are the middle
-// rounds. unroll=2 is exactly one iteration (stop at 3, step 2); unroll=3 does not
-// fill one iteration, so there is no loop: rounds 1 and 2 are inline, each with its
-// permute, and round 3 follows without one.
+// rounds. unroll=2 would fill exactly one iteration and unroll=3 none: a loop that
+// would run once is not built either, so in both rounds 1 and 2 are inline, each
+// with its permute, and round 3 follows without one.
 // U2-LABEL: func.func @ag4
-// U2: %[[U2G_LOOP:.*]]:5 = stablehlo.while(%[[U2G_K:[^ ]+]] = %{{[^ ]+}}, %[[U2G_CUR:[^ ]+]] = %{{[^ ]+}}, %[[U2G_ACC:[^ ]+]] = %{{[^ ]+}},
-// U2: cond {
-// U2-NEXT: stablehlo.constant dense<3> : tensor<i32>
-// U2: } do {
-// U2-NEXT: %[[U2G_M1:.*]] = "stablehlo.collective_permute"(%[[U2G_CUR]])
-// U2: %[[U2G_A1:.*]] = stablehlo.dynamic_update_slice %[[U2G_ACC]],
-// U2: %[[U2G_T:.*]]:2 = stablehlo.optimization_barrier %[[U2G_M1]], %[[U2G_A1]]
-// U2-NEXT: "stablehlo.collective_permute"(%[[U2G_T]]#0)
-// U2: %[[U2G_A2:.*]] = stablehlo.dynamic_update_slice %[[U2G_T]]#1,
-// U2-NEXT: %[[U2G_STEP:.*]] = stablehlo.constant dense<2> : tensor<i32>
-// U2-NEXT: stablehlo.add %[[U2G_K]], %[[U2G_STEP]]
-// U2-NEXT: stablehlo.return
-// U2-NEXT: }
+// U2-NOT: stablehlo.while
+// U2: %[[U2G_R0:.*]] = "stablehlo.collective_permute"(%arg0) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>
+// U2-NOT: stablehlo.while
+// U2: %[[U2G_R0_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U2G_R0]],
+// U2-NEXT: %[[U2G_R1:.*]] = "stablehlo.collective_permute"(%[[U2G_R0_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
+// U2: stablehlo.dot_general %[[U2G_R0_T]]#0, %arg1
+// U2: %[[U2G_R1_T:.*]]:{{[0-9]+}} = stablehlo.optimization_barrier %[[U2G_R1]],
+// U2-NEXT: %[[U2G_R2:.*]] = "stablehlo.collective_permute"(%[[U2G_R1_T]]#0) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>
+// U2-NOT: stablehlo.while
+// U2: stablehlo.dot_general %[[U2G_R1_T]]#0, %arg1
 // U2-NOT: stablehlo.collective_permute
-// U2: stablehlo.dot_general %[[U2G_LOOP]]#1
+// U2: stablehlo.dot_general %[[U2G_R2]], %arg1
 // U2-NOT: stablehlo.collective_permute
+// U2-NOT: stablehlo.while
 // U2: return
 // U3-LABEL: func.func @ag4
 // U3-NOT: stablehlo.while

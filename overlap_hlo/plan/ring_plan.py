@@ -30,6 +30,10 @@ runs in the loop:
 - otherwise the rounds that fill no iteration run before the loop.
 Not when fewer than 2 rounds have the loop's form.
 
+A loop that would run once is not built: its rounds are emitted inline (XLA's GPU
+pipeline made the sends before such a loop synchronous; a ring that sums products then
+takes the plain layout, since its layout exists for the loop's buffer).
+
 reduce_scatter ring (two chains skewed by half a round): instead of the data, two
 accumulators travel the ring. In each round a chain computes its partial product and
 adds the accumulator it received to it, so the add fuses into the dot's output; chain
@@ -82,6 +86,10 @@ class RingPlan:
             blocks, sends, start, stop = _summing_gather(n, streams, self.unroll)
         else:
             blocks, sends, start, stop = _gather(n, streams)
+        if (stop - start) // self.unroll == 1:   # a loop that would run once: none
+            if self.in_loop_sum and self.kind == GATHER:
+                blocks, sends, start, stop = _gather(n, streams)
+            start = stop
         for name, value in (("streams", streams), ("blocks", tuple(blocks)),
                             ("sends", tuple(sends)), ("loop_start", min(start, stop)),
                             ("loop_stop", stop)):

@@ -85,11 +85,17 @@ def test_estimate_by_hand():
     assert (bidi.blocks, bidi.trip_count) == ((1, 2, 1), 0)
     assert cost.estimate(cost.SiteShape(4, 4e6, "bf16", 2000.0, bidi),
                          hw).after_us == pytest.approx(2 + 2 + 1 + 3)
-    # The loop's iterations come from the plan: unroll=2 halves them.
-    unrolled = RingPlan("gather", 4, unroll=2)
-    assert unrolled.trip_count == 1
-    assert (cost.estimate(cost.SiteShape(4, 4e6, "bf16", 2000.0, unrolled), hw).after_us
-            == pytest.approx(15 - 2))
+    # The loop's iterations come from the plan: unroll=2 halves them...
+    plain, unrolled = RingPlan("gather", 8), RingPlan("gather", 8, unroll=2)
+    assert (plain.trip_count, unrolled.trip_count) == (6, 3)
+    after = [cost.estimate(cost.SiteShape(8, 4e6, "bf16", 2000.0, p), hw).after_us
+             for p in (plain, unrolled)]
+    assert after[0] - after[1] == pytest.approx(3 * hw.loop_overhead_us)
+    # ...and a loop that would run once is not built: no loop overhead at all.
+    once = RingPlan("gather", 4, unroll=2)
+    assert once.trip_count == 0
+    assert (cost.estimate(cost.SiteShape(4, 4e6, "bf16", 2000.0, once), hw).after_us
+            == pytest.approx(15 - 2 * 2))
 
 
 def test_roofline_prices_the_weights_every_partial_dot_reads():

@@ -95,6 +95,7 @@ def test_plan_invariants():
         assert plan.loop_start <= plan.loop_end <= plan.loop_stop <= plan.rounds
         assert plan.loop_end - plan.loop_start == plan.trip_count * unroll
         assert plan.remainder == plan.loop_stop - plan.loop_end < unroll
+        assert plan.trip_count != 1, plan   # a loop that would run once is not built
         assert list(plan.rounds_before_loop) + list(range(plan.loop_start, plan.loop_end)) \
             + list(plan.rounds_after_loop) == list(range(plan.rounds))
         # The loop's rounds have one form: every stream (chain) multiplies and sends.
@@ -120,8 +121,8 @@ def test_plan_by_hand():
     assert (two.loop_start, two.trip_count, list(two.rounds_after_loop)) == (2, 2, [4])
     gather = RingPlan(GATHER, 8, bidirectional=True, unroll=2)
     assert (gather.blocks, gather.sends) == ((1, 2, 2, 2, 1), (2, 2, 2, 1, 0))
-    assert (gather.trip_count, gather.remainder, gather.permutes) == (1, 0, 7)
-    assert gather.describe() == "5 rounds, rounds 1..2 in a loop of 1 x 2, 7 shifts (2 streams)"
+    assert (gather.trip_count, gather.remainder, gather.permutes) == (0, 0, 7)  # no 1-trip loop
+    assert gather.describe() == "5 rounds, no loop, 7 shifts (2 streams)"
     # Groups of 2 use one stream whatever was asked.
     assert RingPlan(GATHER, 2, bidirectional=True) == RingPlan(GATHER, 2, bidirectional=True)
     assert RingPlan(GATHER, 2, bidirectional=True).streams == 1
