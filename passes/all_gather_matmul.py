@@ -600,7 +600,8 @@ def plan_of(n: int, options: RewritePass, sums: bool = False,
     a consumer sums products (a contracting gathered dim)."""
     if bidirectional is None:
         bidirectional = bool(options.bidirectional)
-    return RingPlan(GATHER, n, bidirectional, options.unroll, in_loop_sum=sums)
+    return RingPlan(GATHER, n, bidirectional, options.unroll, in_loop_sum=sums,
+                    single_trip_loop=options.platform == "tpu")
 
 
 def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,

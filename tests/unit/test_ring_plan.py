@@ -80,6 +80,17 @@ def test_emitted_loops_are_the_plan(kind):
         assert executed == plan.transfers == moves(plan), plan
 
 
+@pytest.mark.parametrize("target, trips", [("tpu", [1]), ("gpu", []), ("cpu", [])])
+def test_a_loop_that_runs_once_only_on_tpu(target, trips):
+    """Two streams, unroll=2 over 8 devices: rounds 1 and 2 fill one iteration. The TPU
+    forms keep that loop; the others emit its rounds inline (the same permutes)."""
+    module = module_for(GATHER, 8)
+    (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=True,
+                                         unroll=2, target=target)
+    assert site.applied and site.plan.trip_count == len(trips)
+    assert structure(module) == (trips, 7, 7)
+
+
 def moves(plan: RingPlan) -> int:
     """Shifts a ring makes: every block moves N-1 times, in two halves for a one-stream
     reduce_scatter ring (its two chains)."""
@@ -123,6 +134,10 @@ def test_plan_by_hand():
     assert (gather.blocks, gather.sends) == ((1, 2, 2, 2, 1), (2, 2, 2, 1, 0))
     assert (gather.trip_count, gather.remainder, gather.permutes) == (0, 0, 7)  # no 1-trip loop
     assert gather.describe() == "5 rounds, no loop, 7 shifts (2 streams)"
+    # The TPU forms keep a loop that runs once (the compiler inlines it itself).
+    tpu = RingPlan(GATHER, 8, bidirectional=True, unroll=2, single_trip_loop=True)
+    assert (tpu.trip_count, tpu.permutes) == (1, 7)
+    assert tpu.describe() == "5 rounds, rounds 1..2 in a loop of 1 x 2, 7 shifts (2 streams)"
     # Groups of 2 use one stream whatever was asked.
     assert RingPlan(GATHER, 2, bidirectional=True) == RingPlan(GATHER, 2, bidirectional=True)
     assert RingPlan(GATHER, 2, bidirectional=True).streams == 1
