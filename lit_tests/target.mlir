@@ -8,7 +8,7 @@
 // ring writes whole starts as an uninitialised custom_call @AllocateBuffer, not as a
 // zero constant the compiler must fill, and the loop runs two rounds per iteration
 // (unroll 2), so the shard it carries alternates between two buffers instead of being
-// copied once per iteration. target=gpu: the same buffer, one round per iteration.
+// copied once per iteration. target=gpu: the same buffer and unroll.
 // Without a target the forms run on every backend: zeros, one round per iteration.
 // TPU-LABEL: func.func @ag8
 // TPU-NOT: stablehlo.constant dense<0.000000e+00> : tensor<16x8xf32>
@@ -21,7 +21,7 @@
 // GPU-LABEL: func.func @ag8
 // GPU: %[[GPU_BUF:.*]] = stablehlo.custom_call @AllocateBuffer() : () -> tensor<16x8xf32>
 // GPU: } do {
-// GPU-COUNT-1: "stablehlo.collective_permute"
+// GPU-COUNT-2: "stablehlo.collective_permute"
 // GPU-NOT: "stablehlo.collective_permute"
 // GPU: stablehlo.return
 // ANY-LABEL: func.func @ag8

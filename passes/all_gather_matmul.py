@@ -217,7 +217,9 @@ class OverlapAllGatherMatmul(RewritePass):
 
     name = "overlap-all-gather-matmul"
     root = stablehlo.AllGatherOp
-    tpu_unroll = 2   # the carried shard alternates between two buffers, not copied
+    # The carried shard alternates between two buffers, not copied (TPU); on GPU the
+    # two-stream ring of 8 then runs inline and all rings were 1-7% faster (modelled).
+    default_unroll = {"tpu": 2, "gpu": 2}
     composite_note = "; the dot reads an all_gather whose ring runs inside"
     summary = "all_gather feeding dot_general -> loop of collective_permute + partial dots"
 
@@ -600,7 +602,10 @@ def plan_of(n: int, options: RewritePass, sums: bool = False,
     a consumer sums products (a contracting gathered dim)."""
     if bidirectional is None:
         bidirectional = bool(options.bidirectional)
-    return RingPlan(GATHER, n, bidirectional, options.unroll, in_loop_sum=sums,
+    # A ring that sums keeps one round per iteration unless asked: XLA's GPU pipeline
+    # left unrolled ones' sends bare (FSDP on h100:8 one stream 1 of 2 overlapped).
+    unroll = options.unroll if options.unroll_given or not sums else 1
+    return RingPlan(GATHER, n, bidirectional, unroll, in_loop_sum=sums,
                     single_trip_loop=options.platform == "tpu")
 
 

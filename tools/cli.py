@@ -345,8 +345,8 @@ def add_pass_flags(parser: argparse.ArgumentParser) -> None:
                              "(--no-bidirectional); default: the faster by the --hardware "
                              "cost model, else one stream")
     parser.add_argument("--unroll", type=_unroll, metavar="N",
-                        help="ring rounds per loop iteration, 1 to 16 (default 2 for TPU, "
-                             "else 1)")
+                        help="ring rounds per loop iteration, 1 to 16 (default 2 for TPU "
+                             "and GPU, else 1)")
     parser.add_argument("--target", choices=("tpu", "gpu", "cpu"),
                         help="the backend the output will be compiled for: its forms "
                              "(TPU and GPU: buffers the ring writes whole are left "

@@ -13,7 +13,7 @@
 // CHECK: hardware=<str>  (default: unset)
 // CHECK: bidirectional=<bool>  (default: unset)
 // CHECK: unroll=<int>  (default: unset)
-// CHECK: but 2 on TPU
+// CHECK: but 2 on TPU and GPU
 // CHECK: target=<str>  (default: unset)
 // CHECK-LABEL: overlap-matmul-reduce-scatter
 // CHECK-NEXT: dot_general feeding reduce_scatter

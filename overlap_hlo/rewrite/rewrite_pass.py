@@ -87,9 +87,10 @@ class RewritePass:
                 "form it predicts faster for each site, else one stream"})
     unroll: int | None = field(default=None, metadata={
         "help": "all_gather ring rounds per loop iteration, 1 to 16 (the remainder is "
-                "emitted after the loop); default 1, but 2 on TPU (the loop then alternates "
-                "two buffers instead of copying the shard it carries). A reduce_scatter "
-                "ring runs one round per iteration"})
+                "emitted after the loop); default 1, but 2 on TPU and GPU (the loop then "
+                "alternates two buffers instead of copying the shard it carries; a ring that "
+                "sums over a contracting gathered dim keeps 1). A reduce_scatter ring runs "
+                "one round per iteration"})
     f32_sums: bool = field(default=False, metadata={
         "help": "overlap-all-gather-matmul: sum the partial products of a contracting "
                 "gathered dim in f32 when the result is a narrower float (default: in the "
@@ -110,11 +111,12 @@ class RewritePass:
     # The profile predictions use, loaded once per pass instance (not per site).
     profile: cost.Hardware = field(init=False, repr=False, compare=False)
     links: Links | None = field(init=False, repr=False, compare=False)
+    unroll_given: bool = field(init=False, repr=False, compare=False)   # not a default
 
     name: ClassVar[str] = ""
     root: ClassVar[type] = object
     summary: ClassVar[str] = ""
-    tpu_unroll: ClassVar[int] = 1    # the unroll of the TPU forms
+    default_unroll: ClassVar[dict[str, int]] = {}   # unset unroll per platform (else 1)
     composite_note: ClassVar[str] = ""   # ends the detail of a site settled first
 
     def __post_init__(self):
@@ -134,8 +136,9 @@ class RewritePass:
         if self.target not in cost.PLATFORMS:
             raise ValueError(f"pass '{self.name}': target must be one of tpu, gpu, cpu, got "
                              f"'{self.target}'")
+        object.__setattr__(self, "unroll_given", self.unroll is not None)
         if self.unroll is None:
-            object.__setattr__(self, "unroll", self.tpu_unroll if self.platform == "tpu" else 1)
+            object.__setattr__(self, "unroll", self.default_unroll.get(self.platform, 1))
         if self.unroll < 1:
             raise ValueError(f"pass '{self.name}': unroll must be >= 1, got {self.unroll}")
         if self.unroll > MAX_UNROLL:

@@ -534,7 +534,7 @@ def test_list_passes(capsys):
     assert "Options: none" in out
     assert out.count("threshold-mib=<float>  (default: unset)") == every_pass
     assert out.count("bidirectional=<bool>  (default: unset)") == every_pass  # by the model
-    assert out.count("unroll=<int>  (default: unset)") == every_pass   # 2 for TPU, else 1
+    assert out.count("unroll=<int>  (default: unset)") == every_pass   # 2 for TPU and GPU, else 1
     assert out.count("target=<str>  (default: unset)") == every_pass
     for profile in ("tpu-v4", "tpu-v5e", "tpu-v5p", "h100-sxm", "h200", "a100", "host-cpu"):
         assert f"  {profile}: " in out

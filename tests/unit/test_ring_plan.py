@@ -91,6 +91,24 @@ def test_a_loop_that_runs_once_only_on_tpu(target, trips):
     assert structure(module) == (trips, 7, 7)
 
 
+@pytest.mark.parametrize("target, unroll", [("tpu", 2), ("gpu", 2), ("cpu", 1), ("", 1)])
+def test_default_unroll_per_target(target, unroll):
+    """An unset unroll: 2 for the TPU and GPU forms of a gather ring, else 1; a ring that
+    sums keeps 1 unless unroll is given (XLA's GPU pipeline left its unrolled sends
+    bare)."""
+    (site,) = overlap_hlo.rewrite_module(module_for(GATHER, 8), threshold_mib=0,
+                                         target=target)
+    assert site.plan.unroll == unroll
+    summing = SUMMING_GATHER_MODULE.format(n=8, full=16, group=list(range(8)), handle=1,
+                                           manual="")
+    for given, expected in ((None, 1), (2, 2)):
+        if target == "tpu":   # a summing ring is left unchanged on TPU
+            continue
+        (site,) = overlap_hlo.rewrite_module(overlap_hlo.parse(summing), threshold_mib=0,
+                                             target=target, unroll=given)
+        assert site.applied and site.plan.unroll == expected, (target, given)
+
+
 def moves(plan: RingPlan) -> int:
     """Shifts a ring makes: every block moves N-1 times, in two halves for a one-stream
     reduce_scatter ring (its two chains)."""
