@@ -218,7 +218,7 @@ class OverlapAllGatherMatmul(RewritePass):
     name = "overlap-all-gather-matmul"
     root = stablehlo.AllGatherOp
     # The carried shard alternates between two buffers, not copied (TPU); on GPU the
-    # two-stream ring of 8 then runs inline and all rings were 1-7% faster (modelled).
+    # MLP, SwiGLU and Q/K/V rings were 1-13% faster so (modelled, benchmarks/gpu.py).
     default_unroll = {"tpu": 2, "gpu": 2}
     composite_note = "; the dot reads an all_gather whose ring runs inside"
     summary = "all_gather feeding dot_general -> loop of collective_permute + partial dots"
