@@ -20,13 +20,14 @@ import threading
 
 import overlap_hlo
 from overlap_hlo.api import BYTECODE_MAGIC, UTF8_BOM
-from overlap_hlo.ir.large_stack import INTERRUPTS
 from overlap_hlo.plan.cost import PROFILES
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 STDIN_NAME = "<stdin>"
 MAX_INPUT_BYTES = 2 << 30   # 2 GiB: more than XLA's protobuf-based compile path takes
 READ_CHUNK = 64 << 20
+INTERRUPTS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                   if hasattr(signal, name))
 
 
 class CliError(Exception):

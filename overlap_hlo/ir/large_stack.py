@@ -5,20 +5,13 @@ few thousand levels overflow it and the process dies of SIGSEGV; text input is b
 before parsing (api.MAX_NESTING), but bytecode cannot be measured without parsing it.
 A thread with a 256 MiB stack (address space, touched only as deep as the input goes)
 raises the depth MLIR survives about 32-fold.
-
-The thread starts with the interrupting signals blocked, so that they reach the
-caller's thread, where Python runs its handlers: delivered to the worker, one would
-wait until the worker finished (or forever, were it waiting for a signal).
 """
 from __future__ import annotations
 
-import signal
 import threading
 from typing import Callable, TypeVar
 
 STACK_BYTES = 256 << 20
-INTERRUPTS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
-                   if hasattr(signal, name))
 T = TypeVar("T")
 _inside = threading.local()
 
@@ -38,8 +31,6 @@ def on_large_stack(fn: Callable[[], T]) -> T:
             outcome["error"] = err
 
     previous = threading.stack_size()
-    mask = getattr(signal, "pthread_sigmask", None)
-    unblocked = mask(signal.SIG_BLOCK, INTERRUPTS) if mask else None   # the thread inherits it
     try:
         threading.stack_size(STACK_BYTES)
         thread = threading.Thread(target=target, name="overlap-hlo-mlir", daemon=True)
@@ -48,8 +39,6 @@ def on_large_stack(fn: Callable[[], T]) -> T:
         return fn()
     finally:
         threading.stack_size(previous)
-        if mask:
-            mask(signal.SIG_SETMASK, unblocked)
     thread.join()
     if "error" in outcome:
         raise outcome["error"]
