@@ -5,6 +5,10 @@ few thousand levels overflow it and the process dies of SIGSEGV; text input is b
 before parsing (api.MAX_NESTING), but bytecode cannot be measured without parsing it.
 A thread with a 256 MiB stack (address space, touched only as deep as the input goes)
 raises the depth MLIR survives about 32-fold.
+
+The caller waits for the thread in short joins: Python runs signal handlers on the main
+thread, and a signal the kernel hands to another thread does not wake a main thread
+blocked in one long join (overlap-opt's SIGTERM handler then waited for the pass).
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import threading
 from typing import Callable, TypeVar
 
 STACK_BYTES = 256 << 20
+JOIN_POLL_S = 0.1
 T = TypeVar("T")
 _inside = threading.local()
 
@@ -39,7 +44,8 @@ def on_large_stack(fn: Callable[[], T]) -> T:
         return fn()
     finally:
         threading.stack_size(previous)
-    thread.join()
+    while thread.is_alive():
+        thread.join(JOIN_POLL_S)   # each return runs the pending signal handlers
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]

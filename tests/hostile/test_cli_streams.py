@@ -125,7 +125,8 @@ def test_dev_zero_under_a_memory_limit():
 # Signals: the child stops at a chosen point and says so; then the signal comes.
 
 STOP_IN_WRITE = """
-import os, sys, signal
+import faulthandler, os, sys, signal
+faulthandler.enable()
 from overlap_hlo.tools import overlap_opt
 real_chmod = os.chmod
 def chmod(path, mode):      # the temporary file is written and not yet renamed
@@ -136,7 +137,8 @@ sys.exit(overlap_opt.main(sys.argv[1:]))
 """
 
 STOP_IN_PASS = """
-import sys, signal
+import faulthandler, sys, signal
+faulthandler.enable()
 from overlap_hlo.rewrite.scan import ModuleScan
 from overlap_hlo.tools import overlap_opt
 def scan(self, *args):      # inside pm.run: MLIR's pass manager is on the stack
@@ -155,11 +157,42 @@ def interrupted(script: str, signum: int, out: Path) -> subprocess.CompletedProc
         assert child.stdout.readline() == b"ready\n"
         child.send_signal(signum)
         stdout, stderr = child.communicate(timeout=120)
+    except subprocess.TimeoutExpired:   # say where it waits (faulthandler, below)
+        child.send_signal(signal.SIGABRT)
+        stdout, stderr = child.communicate(timeout=30)
+        raise AssertionError(f"no exit 120 s after the signal:\n{stderr.decode()}")
     finally:
         if child.poll() is None:
             child.kill()
             child.wait()
     return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+
+
+# The kernel may hand a process's signal to any thread that does not block it, not
+# only to the main thread, which runs Python's handlers: here a bystander thread gets
+# it while the pass waits (before, the main thread then waited for the pass forever).
+SIGNAL_TO_ANOTHER_THREAD = """
+import sys, signal, threading, time
+from overlap_hlo.rewrite.scan import ModuleScan
+from overlap_hlo.tools import overlap_opt
+bystander = threading.Thread(target=lambda: time.sleep(600), daemon=True)
+bystander.start()
+def scan(self, *args):
+    signal.pthread_kill(bystander.ident, signal.SIGTERM)
+    signal.pause()
+ModuleScan.__init__ = scan
+sys.exit(overlap_opt.main(sys.argv[1:]))
+"""
+
+
+def test_a_signal_another_thread_receives_ends_the_run(tmp_path):
+    out = tmp_path / "out.mlir"
+    done = subprocess.run([sys.executable, "-c", SIGNAL_TO_ANOTHER_THREAD, str(SDY),
+                           "--threshold-mib=0", "-o", str(out)], capture_output=True,
+                          cwd=ROOT, timeout=60)
+    assert done.returncode == -signal.SIGTERM
+    assert one_error_line(done.stderr) == "overlap-opt: error: interrupted by SIGTERM"
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("script", [STOP_IN_WRITE, STOP_IN_PASS], ids=["write", "pass"])
