@@ -178,6 +178,7 @@ from overlap_hlo.tools import overlap_opt
 bystander = threading.Thread(target=lambda: time.sleep(600), daemon=True)
 bystander.start()
 def scan(self, *args):
+    time.sleep(0.5)   # the main thread is in its join by now
     signal.pthread_kill(bystander.ident, signal.SIGTERM)
     signal.pause()
 ModuleScan.__init__ = scan

@@ -56,3 +56,25 @@ def test_errors_cross_the_large_stack():
     with pytest.raises(KeyError, match="inside"):
         on_large_stack(fail)
     assert on_large_stack(lambda: on_large_stack(lambda: 7)) == 7
+
+
+# A signal another thread receives sets Python's flag but does not wake a main thread
+# blocked in one long join; on_large_stack's short joins let the handler run.
+HANDLED_WHILE_ON_LARGE_STACK = """
+import os, signal, sys, threading, time
+from overlap_hlo.ir.large_stack import on_large_stack
+signal.signal(signal.SIGTERM, lambda *_: os._exit(7))
+bystander = threading.Thread(target=lambda: time.sleep(600), daemon=True)
+bystander.start()
+def work():
+    time.sleep(0.5)   # the main thread is in its join by now
+    signal.pthread_kill(bystander.ident, signal.SIGTERM)
+    signal.pause()
+on_large_stack(work)
+"""
+
+
+def test_a_signal_another_thread_gets_runs_the_handler():
+    done = subprocess.run([sys.executable, "-c", HANDLED_WHILE_ON_LARGE_STACK],
+                          capture_output=True, timeout=60)
+    assert done.returncode == 7, done.stderr.decode()
