@@ -606,7 +606,7 @@ def plan_of(n: int, options: RewritePass, sums: bool = False,
     # left unrolled ones' sends bare (FSDP on h100:8 one stream 1 of 2 overlapped).
     unroll = options.unroll if options.unroll_given or not sums else 1
     return RingPlan(GATHER, n, bidirectional, unroll, in_loop_sum=sums,
-                    single_trip_loop=options.platform == "tpu")
+                    single_trip_loop=options.single_trip_loop)
 
 
 def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,

@@ -169,6 +169,12 @@ class RewritePass:
         """The backend the forms are for: `target`, else the named profile's, else ""."""
         return self.target or (self.profile.platform if self.hardware else "")
 
+    @property
+    def single_trip_loop(self) -> bool:
+        """Whether a ring's loop that runs once is built (RingPlan.single_trip_loop):
+        only the TPU forms keep it, as their compiler schedules that form better."""
+        return self.platform == "tpu"
+
     @classmethod
     def options(cls) -> dict[str, dataclasses.Field]:
         return {f.name.replace("_", "-"): f for f in dataclasses.fields(cls) if f.init}
