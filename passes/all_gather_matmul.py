@@ -397,15 +397,20 @@ class OverlapAllGatherMatmul(RewritePass):
                               tensor_bytes(shard.type), plan_of(ring.size, self, sums),
                               whole_bytes=sum(w for w, _ in traffics),
                               sliced_bytes=sum(c for _, c in traffics),
-                              spans_all_devices=ring.spans_all_devices)
+                              spans_all_devices=ring.spans_all_devices,
+                              sum_bytes=sum(tensor_bytes(c.acc_type) for c in consumers
+                                            if c.result_dim is None))
 
         refusal = None
-        if sums and self.platform == "tpu":
+        if sums and self.platform == "tpu" and not self.tpu_summing_rings:
             refusal = Unsupported(
                 "a ring that sums over the gathered (contracting) dim reads and writes its "
-                "whole sum in HBM every round on TPU (4.6x the dot's compute at 8 devices, "
-                "libtpu's estimates): prefetch the gathered weight one layer ahead instead "
-                "(XLA's collective pipeliner), or name another --target to build the ring",
+                "whole sum in HBM every round on TPU (1.1-2.2x the dot's compute at 8 "
+                "devices, libtpu's estimates; slower than the original on v4 and v6e): "
+                "overlap-report --tpu=SLICE tries it and keeps it where the compiled "
+                "schedule is faster (-o writes that module), tpu-summing-rings=true builds "
+                "it, or prefetch the gathered weight one layer ahead (XLA's collective "
+                "pipeliner)",
                 kind="summing ring on TPU")
         return Match(detail, gather.results[0].type, ring, site,
                      lambda bidirectional: plan_of(ring.size, self, sums, bidirectional),
@@ -604,9 +609,13 @@ def plan_of(n: int, options: RewritePass, sums: bool = False,
         bidirectional = bool(options.bidirectional)
     # A ring that sums keeps one round per iteration unless asked: XLA's GPU pipeline
     # left unrolled ones' sends bare (FSDP on h100:8 one stream 1 of 2 overlapped).
-    unroll = options.unroll if options.unroll_given or not sums else 1
+    # Not the TPU form (own shard last): one round per iteration copied the carried
+    # shards every iteration (v5e:2x4 +492 us).
+    own_last = options.platform == "tpu"
+    unroll = options.unroll if options.unroll_given or not sums or own_last else 1
     return RingPlan(GATHER, n, bidirectional, unroll, in_loop_sum=sums,
-                    single_trip_loop=options.single_trip_loop)
+                    single_trip_loop=options.single_trip_loop,
+                    own_last=own_last)
 
 
 def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
@@ -614,7 +623,9 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
     """One ring for all `consumers`, built at the current insertion point as `plan`
     says; the buffers it writes whole are `builders.buffer`s for `platform`.
 
-    Round 0 multiplies the device's own shard while sending it on; round r multiplies
+    Round 0 multiplies the device's own shard while sending it on (the TPU form of a
+    two-stream ring that sums multiplies it in the last round instead, RingPlan
+    `own_last`); round r multiplies
     the shard of position p + r (and p - r from the second stream when bidirectional)
     while sending both on; the last round sends nothing. For even N the two streams
     meet at p + N/2: the up stream's last send is left out.
@@ -629,9 +640,9 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
 
     shared = bool(plan.shared_rounds)   # a loop round may hold one block twice
 
-    def step(k, shards, accs, invariants):
+    def step(k, shards, accs, invariants, shifts=None):
         *inputs, position = invariants
-        shifts = [(+1, k), (-1, k)][:len(shards)]
+        shifts = shifts or [(+1, k), (-1, k)][:len(shards)]
         results = []
         for consumer, acc in zip(consumers, accs):
             mine, inputs = inputs[:len(consumer.inputs)], inputs[len(consumer.inputs):]
@@ -645,17 +656,24 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
         fixed = isinstance(k, int)
         blocks = plan.blocks[k] if fixed else streams
         sending = plan.sends[k] if fixed else streams
-        if k != 0 and sending and any(_made_here(acc) for acc in accs):
+        if (k != 0 and sending and any(_made_here(acc) for acc in accs)
+                and not (fixed and plan.own_in_last_round)):
             # The previous round's products first (one optimization_barrier): the
             # compiler then runs that round's dots while its shifts travel, not while
             # these do (an unrolled TPU loop left one permute per iteration bare).
+            # Not between the inline rounds of the TPU summing form: there it kept
+            # each add out of the next dot's fusion (v5p:2x2x2 1555 -> 1588 us).
             tied = iter(b.barrier([v for v in held + accs if v is not None]))
             held, accs = ([None if v is None else next(tied) for v in values]
                           for values in (held, accs))
-        if fixed and k == 0:   # the own shard: multiplied first, then sent both ways
-            accs = step(k, held[:blocks], accs, invariants)
+        if fixed and k == 0:   # the own shard: multiplied first (if at all), then sent
+            if blocks:
+                accs = step(k, held[:blocks], accs, invariants)
             return send(held[:sending]) + [None] * (streams - sending) + accs
         sent = send(held[:sending]) + [None] * (streams - sending)
+        if fixed and k == plan.rounds - 1 and plan.own_in_last_round:
+            # p+N/2 (down stream) beside the device's own shard, still held as `shard`
+            return sent + step(k, [held[0], shard], accs, invariants, [(+1, k), (+1, 0)])
         return sent + step(k, held[:blocks], accs, invariants)
 
     position = b.ring_position(ring)

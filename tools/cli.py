@@ -356,13 +356,19 @@ def add_pass_flags(parser: argparse.ArgumentParser) -> None:
                         help="sum the partial products of a contracting gathered dim in "
                              "f32 for bf16 results (default: in the result's type; f16 "
                              "and 8-bit floats always sum in f32)")
+    parser.add_argument("--tpu-summing-rings", action="store_const", const=True,
+                        default=None,
+                        help="build rings that sum over a contracting gathered dim (FSDP) "
+                             "for TPU too (default: left unchanged there; slower than the "
+                             "original on v4 and v6e in libtpu's estimates)")
 
 
 def pass_flags(args: argparse.Namespace) -> dict:
     """The pass options `add_pass_flags` set, as keyword options (unset ones left out)."""
     given = {"threshold_mib": args.threshold_mib, "hardware": args.hardware,
              "bidirectional": args.bidirectional, "unroll": args.unroll,
-             "f32_sums": args.f32_sums, "target": args.target}
+             "f32_sums": args.f32_sums, "target": args.target,
+             "tpu_summing_rings": args.tpu_summing_rings}
     return {key: value for key, value in given.items() if value is not None}
 
 

@@ -60,6 +60,9 @@ class Hardware:
     # The compiler runs a reduce-scatter over every device as an all-reduce (XLA's TPU
     # compiler on the 3-D torus chips, v4 and v5p; libtpu 0.0.50.1).
     all_reduce_whole_scatter: bool = False
+    # A dot that adds to a sum reads and writes it beside its own time, not hidden
+    # under its matmul (libtpu's estimates; GPU GEMMs take the sum as an epilogue).
+    serial_sums: bool = False
 
     def matmul_us(self, flops: float, element_type: str) -> float:
         peak = self.tflops.get(element_type) or self.tflops.get("default") or min(self.tflops.values())
@@ -133,8 +136,9 @@ class Hardware:
             if not _number(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"{where}: '{name}' must be a number >= 0")
             figures[name] = getattr(self, name)
-        if not isinstance(self.all_reduce_whole_scatter, bool):
-            raise ValueError(f"{where}: 'all_reduce_whole_scatter' must be true or false")
+        for name in ("all_reduce_whole_scatter", "serial_sums"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{where}: '{name}' must be true or false")
         for name, value in figures.items():
             if not _at_most(value, MAX_FIGURE):
                 raise ValueError(f"{where}: '{name}' must be at most {MAX_FIGURE:g}")
@@ -225,7 +229,7 @@ def _tpu(name: str, tflops: dict, link_gbps: float, hbm_gbps: float,
     """A tpu-* profile: datasheet peaks, links and memory, calibrated compute-side figures."""
     return Hardware(name, tflops, link_gbps=link_gbps, latency_us=_TPU_LATENCY_US,
                     platform="tpu", hbm_gbps=hbm_gbps, **CALIBRATED[name],
-                    all_reduce_whole_scatter=torus_3d,
+                    all_reduce_whole_scatter=torus_3d, serial_sums=True,
                     source=f"{datasheet}; compute-side figures "
                     f"(matmul efficiency, overheads) {CALIBRATION}")
 
@@ -336,6 +340,8 @@ class SiteShape:
                                # or write of each block's share
     spans_all_devices: bool = False  # one group of every device (Ring.spans_all_devices)
     link_load: int = 1         # transfers sharing the busiest link in a ring step
+    sum_bytes: float = 0.0     # a ring that sums its products: the sum, which every
+                               # round after the first that multiplies reads and writes
 
 
 def estimate(site: SiteShape, hw: Hardware) -> Estimate:
@@ -359,6 +365,9 @@ def estimate(site: SiteShape, hw: Hardware) -> Estimate:
                 for k, sends in enumerate(plan.sends))
     step = hw.step_us(site.block_bytes)
     after += plan.rounds * step + plan.trip_count * hw.loop_overhead_us
+    if hw.serial_sums and site.sum_bytes:
+        adds = sum(1 for blocks in plan.blocks if blocks) - 1
+        after += adds * hw.memory_us(2 * site.sum_bytes)
     idle = plan.idle_rounds[0] if plan.idle_rounds else -1
     return Estimate(before, after, hw.name, site, t_c, t_m, collective, idle, step)
 

@@ -97,6 +97,12 @@ class RewritePass:
                 "result's type, as XLA's windowed einsum does, but always in f32 for f16 "
                 "and 8-bit floats); costs an f32 buffer of the result's size"})
 
+    tpu_summing_rings: bool = field(default=False, metadata={
+        "help": "overlap-all-gather-matmul: build rings that sum over a contracting "
+                "gathered dim (FSDP) for TPU too (default: left unchanged there, as libtpu "
+                "prices them slower than the original on v4 and v6e; overlap-report tries "
+                "them and keeps them only where the compiled schedule is faster)"})
+
     target: str = field(default="", metadata={
         "help": "the backend the module will be compiled for: tpu or gpu (buffers the "
                 "ring writes whole are left uninitialised: custom_call @AllocateBuffer), "

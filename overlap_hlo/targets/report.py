@@ -101,10 +101,14 @@ SLOWER_TOLERANCE = 0.005   # a site within 0.5% of the original is not called sl
 # original when none is faster: the cost model prices sites one at a time, the compiled
 # schedule sees what they do to each other (a weight no longer prefetched into fast
 # memory beside a ring). The first is the cost model's own choice: its sites' records
-# say what was decided when the original is kept.
+# say what was decided when the original is kept. The last builds the summing rings
+# the TPU forms otherwise leave unchanged (FSDP: faster on v5e and v5p, slower on v4
+# and v6e in libtpu's estimates); a module without one is the second, compiled once.
 CANDIDATES = {"per site": {},
               "every site, two streams": {"threshold_mib": 0, "bidirectional": True},
-              "every site, one stream": {"threshold_mib": 0, "bidirectional": False}}
+              "every site, one stream": {"threshold_mib": 0, "bidirectional": False},
+              "every site, two streams, summing rings": {
+                  "threshold_mib": 0, "bidirectional": True, "tpu_summing_rings": True}}
 ORIGINAL = "the original"
 KEPT = "slower in the compiled schedule"    # the kind of a site the check left unchanged
 

@@ -151,6 +151,46 @@ def test_tpu_forms_leave_a_summing_ring_unchanged(fsdp_lowered):
     assert site.kind == "summing ring on TPU" and "prefetch" in site.reason
 
 
+@pytest.fixture(scope="module")
+def fsdp_larger():
+    """Large enough that a summing ring pays on v5e (at the small shapes it does not)."""
+    return lower(fsdp, [(8 * 2048, 2048), (2048, 8192)], (P("x", None), P("x", None)),
+                 P("x", None))
+
+
+def test_tpu_summing_form_contracts_two_shards_per_dot(fsdp_larger):
+    """tpu-summing-rings: the TPU form's dots each contract two shards (the own one
+    beside the last arrival), so it reads and writes the sum once fewer than the other
+    targets' ring (own shard alone in round 0, a shared last round): less compute in
+    the compiler's estimates. Only round 0's two shifts have no dot beside them."""
+    reps = variant_reports(fsdp_larger, {
+        "tpu": {"bidirectional": True, "target": "tpu", "tpu_summing_rings": True},
+        "gpu": {"bidirectional": True, "target": "gpu", "unroll": 2}})
+    (row,) = reps["tpu"].sites
+    assert row.applied and (row.overlapped, row.permutes) == (5, 7), row.permute_details
+    assert not {c.opcode for c in reps["tpu"].rewritten.collectives} & {"all-gather"}
+    assert reps["tpu"].rewritten.compute_us < 0.9 * reps["gpu"].rewritten.compute_us
+    assert reps["tpu"].rewritten_us < reps["tpu"].original_us
+
+
+@pytest.mark.parametrize("topology, kept", [("v5e:2x4", True), ("v6e:2x4", False)])
+def test_report_keeps_a_summing_ring_only_where_the_schedule_is_faster(fsdp_larger, topology,
+                                                                       kept):
+    """With the slice's profile deciding, the report tries the summing ring the TPU
+    forms leave unchanged and keeps it where the compiled schedule is faster (v5e),
+    else the original with the remark that says why (v6e: slower in libtpu's
+    estimates)."""
+    rep = report.build(fsdp_larger, topology)
+    (row,) = rep.sites
+    if kept:
+        assert rep.chosen == "every site, two streams, summing rings" and row.applied
+        assert rep.rewritten_us < rep.original_us
+    else:
+        assert rep.chosen == report.ORIGINAL and not row.applied
+        assert rep.candidates["every site, two streams, summing rings"] > rep.original_us
+        assert row.left_because == "summing ring on TPU"
+
+
 def test_unrolled_gather_ring_keeps_a_dot_beside_every_permute():
     """unroll=2 at sizes where the TPU scheduler used to run both of an iteration's
     dots while its second permute travelled, leaving the first bare: each round's

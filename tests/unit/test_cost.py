@@ -121,6 +121,32 @@ def test_roofline_prices_the_weights_every_partial_dot_reads():
         pytest.approx(4, abs=0.01)
 
 
+def test_serial_sums_price_each_read_and_write_of_the_sum():
+    """A ring that sums its products: with `serial_sums` (the tpu-* profiles) every
+    round after the first that multiplies reads and writes the sum at the memory
+    bandwidth, beside its dot; without it (the GPU profiles) the sum costs nothing more."""
+    hw = cost.Hardware("toy", {"bf16": 1.0}, link_gbps=1e6, latency_us=0.0,
+                       step_overhead_us=0.0, loop_overhead_us=0.0, matmul_efficiency=1.0,
+                       link_efficiency=1.0, hbm_gbps=1.0 / cost.MEMORY_EFFICIENCY)
+    # 1 byte = 1e-3 us; a 1000-byte sum read and written: 2 us per add.
+    plain = cost.SiteShape(8, 8e6, "bf16", 1.0, RingPlan("gather", 8, True, 1,
+                                                         in_loop_sum=True))
+    summing = dataclasses.replace(plain, sum_bytes=1000.0)
+    own_last = dataclasses.replace(summing, plan=RingPlan("gather", 8, True, 1,
+                                                          in_loop_sum=True, own_last=True))
+    assert cost.estimate(summing, hw).after_us == cost.estimate(plain, hw).after_us
+    serial = dataclasses.replace(hw, serial_sums=True)
+    # Own shard in round 0, then 4 rounds that add (the last one shared): 4 adds.
+    assert cost.estimate(summing, serial).after_us == pytest.approx(
+        cost.estimate(plain, serial).after_us + 4 * 2.0)
+    # Own shard last: rounds 1..4 multiply, 3 of them add; round 0's shifts are bare.
+    plan = own_last.plan
+    assert plan.blocks == (0, 2, 2, 2, 2)
+    assert cost.estimate(own_last, serial).after_us == pytest.approx(
+        cost.estimate(dataclasses.replace(own_last, sum_bytes=0.0), serial).after_us + 3 * 2.0)
+    assert all(p.serial_sums == (p.platform == "tpu") for p in cost.PROFILES.values())
+
+
 def test_whole_device_scatter_is_priced_as_the_all_reduce_the_compiler_makes():
     """XLA's TPU compiler runs a reduce-scatter over every device as an all-reduce on
     v4 and v5p (test_tpu checks the compiler still does): the original pays twice the
@@ -215,6 +241,7 @@ def test_statistics_count_by_reason():
     ({"link_gbps": 0}, "'link_gbps' must be a positive number"),
     ({"latency_us": -1}, "'latency_us' must be a number >= 0"),
     ({"all_reduce_whole_scatter": 1}, "'all_reduce_whole_scatter' must be true or false"),
+    ({"serial_sums": "yes"}, "'serial_sums' must be true or false"),
 ])
 def test_json_profile_values_are_checked(tmp_path, fields, message):
     profile = {"name": "chip", "tflops": {"f32": 10.0}, "link_gbps": 5.0, "latency_us": 1.0,

@@ -207,6 +207,42 @@ def test_summing_gather_rounds(n, bidi, unroll, blocks, sends, start, stop, afte
     assert plan.transfers >= RingPlan(GATHER, n, bidi, unroll).transfers
 
 
+@pytest.mark.parametrize("n, unroll, blocks, sends, start, stop", [
+    # Round 0 only sends; the last round multiplies p+4 beside the own shard.
+    (8, 2, (0, 2, 2, 2, 2), (2, 2, 2, 1, 0), 4, 4),   # a one-trip loop: inline
+    (8, 1, (0, 2, 2, 2, 2), (2, 2, 2, 2, 0), 2, 4),   # rounds 2..3 in a loop (one unread)
+    (8, 3, (0, 2, 2, 2, 2), (2, 2, 2, 1, 0), 4, 4),
+    (4, 1, (0, 2, 2), (2, 1, 0), 2, 2),
+    (6, 2, (0, 2, 2, 2), (2, 2, 1, 0), 3, 3),
+    (10, 2, (0, 2, 2, 2, 2, 2), (2, 2, 2, 2, 1, 0), 5, 5),
+    (16, 2, (0,) + (2,) * 8, (2,) * 8 + (0,), 2, 8),   # 3 iterations of 2 rounds
+    (16, 4, (0,) + (2,) * 8, (2,) * 7 + (1, 0), 8, 8),  # 6 rounds, one trip: inline
+    (18, 2, (0,) + (2,) * 9, (2,) * 9 + (0,), 3, 9),   # round 2 before the loop
+])
+def test_tpu_summing_gather_rounds(n, unroll, blocks, sends, start, stop):
+    """The TPU form of a two-stream summing ring (own_last): every dot multiplies two
+    shards, each shard once; the first shifts have no dot beside them."""
+    plan = RingPlan(GATHER, n, True, unroll, in_loop_sum=True, own_last=True,
+                    single_trip_loop=True)
+    assert plan.own_in_last_round
+    assert (plan.blocks, plan.sends, plan.loop_start, plan.loop_stop) == (blocks, sends,
+                                                                          start, stop)
+    assert plan.trip_count != 1 and plan.remainder == 0 and not plan.sums_from_zeros
+    assert plan.shared_rounds == () and sum(plan.blocks) == n
+    assert plan.dots(0) == 0 and all(plan.dots(k) == 1 for k in range(1, plan.rounds))
+    assert plan.transfers >= RingPlan(GATHER, n, True, unroll).transfers
+
+
+@pytest.mark.parametrize("n, bidi", [(7, True), (8, False), (2, True)])
+def test_tpu_summing_form_needs_two_streams_and_even_n(n, bidi):
+    """Odd groups and one stream keep the summing layout (own shard in round 0)."""
+    plan = RingPlan(GATHER, n, bidi, 1, in_loop_sum=True, own_last=True)
+    summing = RingPlan(GATHER, n, bidi, 1, in_loop_sum=True)
+    assert not plan.own_in_last_round
+    assert (plan.blocks, plan.sends, plan.loop_start) == (summing.blocks, summing.sends,
+                                                          summing.loop_start)
+
+
 def test_emitted_summing_loops_are_the_plan():
     """A contracting gathered dim: the loops are the in_loop_sum plan's."""
     for n, bidi, unroll in GRID:
@@ -215,6 +251,17 @@ def test_emitted_summing_loops_are_the_plan():
         (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
                                              unroll=unroll)
         plan = RingPlan(GATHER, n, bidi, unroll, in_loop_sum=True)
+        assert site.applied and site.plan == plan, (n, bidi, unroll)
+        trips, built, executed = structure(module)
+        assert trips == ([plan.trip_count] if plan.trip_count else []), (plan, trips)
+        assert built == plan.permutes and executed == plan.transfers, plan
+        module = overlap_hlo.parse(SUMMING_GATHER_MODULE.format(
+            n=n, full=2 * n, group=list(range(n)), handle=1, manual=""))
+        (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
+                                             unroll=unroll, target="tpu",
+                                             tpu_summing_rings=True)
+        plan = RingPlan(GATHER, n, bidi, unroll, in_loop_sum=True, single_trip_loop=True,
+                        own_last=True)
         assert site.applied and site.plan == plan, (n, bidi, unroll)
         trips, built, executed = structure(module)
         assert trips == ([plan.trip_count] if plan.trip_count else []), (plan, trips)
@@ -237,5 +284,13 @@ def test_summing_rings_compute_the_gathered_dot(n):
         (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
                                              unroll=unroll)
         assert site.applied, site.format()
+        got = run_spmd_module(overlap_hlo.serialize(module), 1, n, inputs)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=site.plan.describe())
+    for unroll in (1, 2, 3):   # the TPU form (own shard last) runs on CPU too
+        module = overlap_hlo.parse(text)
+        (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=True,
+                                             unroll=unroll, target="tpu",
+                                             tpu_summing_rings=True)
+        assert site.applied and site.plan.own_last, site.format()
         got = run_spmd_module(overlap_hlo.serialize(module), 1, n, inputs)[0]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=site.plan.describe())
