@@ -34,8 +34,9 @@ contracts two shards. Round 0 only sends (its shifts are exposed); round k of
 1..N/2-1 multiplies p+k and p-k; the last round multiplies p+N/2 beside the device's
 own shard. One product fewer of the result's size than round 0 alone plus a shared
 round, each a full read and write of the sum (libtpu's estimates: the paper's FSDP
-layer 1698 -> 1555 us on v5p:2x2x2, 4219 -> 3659 us on v5e:2x4). The loop holds
-rounds 2..N/2-1 (round 1 starts the sum).
+layer 1698 -> 1555 us on v5p:2x2x2, 4219 -> 3659 us on v5e:2x4). A loop holds
+rounds 2..N/2-1 (round 1 starts the sum) when they fill two iterations or more; else
+every round is inline.
 
 A loop that would run once is not built (`single_trip_loop` false): its rounds are
 emitted inline; XLA's GPU pipeline made the sends before such a loop synchronous. A
