@@ -7,7 +7,8 @@
 A target is a GPU model and a device count: "h100:8" (one host of 8), "h100:2x8" (two
 hosts of 8, each its own NVLink domain). XLA's GPU compiler comes from JAX's CUDA plugin
 (`gpu_plugin`: installed privately, or a jax[cuda12] install), and so does the model's
-target description. Compiles run XLA's GPU pipeline with its latency-hiding scheduler
+target description (plugins before jaxlib 0.12 carry none: this package's copy of the
+0.12 plugin's is used, `gpu-configs/`). Compiles run XLA's GPU pipeline with its latency-hiding scheduler
 (`COMPILER_OPTIONS`), as `aot` does for every target. Nothing here runs at import time:
 `overlap-opt` never imports it.
 """
@@ -116,12 +117,12 @@ def target(name: str) -> Target:
         raise GpuUnavailable(str(error)) from None
     if error is not None:
         raise GpuUnavailable(f"JAX's CUDA plugin cannot be loaded: {_first_line(error)}")
-    config = gpu_plugin.target_config(path, model.description)
+    config = (gpu_plugin.target_config(path, model.description)
+              or gpu_plugin.bundled_target_config(model.description))
     if config is None:
         raise GpuUnavailable(
             f"the CUDA plugin for jaxlib {gpu_plugin.jaxlib_version()} carries no target "
-            f"description for {model.description} ({path}); XLA's target descriptions "
-            "come with jax 0.12 and later")
+            f"description for {model.description} ({path}), and neither does this package")
     from jax.experimental import topologies
 
     with aot.quiet_stderr():

@@ -103,6 +103,27 @@ def target_config(path: str, description: str) -> str | None:
         return data[start:end + len(key)].decode("utf-8", "replace")
 
 
+# XLA's target descriptions of the MODELS (gpu.py) as the 0.12.0.1 plugin carries them,
+# for plugins that carry none (jaxlib 0.10); their XLA rejects these newer fields.
+CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu-configs")
+NEWER_FIELDS = frozenset({"collective_memory_granularity", "max_blocks_per_multiprocessor",
+                          "mem_clock_ghz", "reserved_shared_memory_per_block"})
+
+
+def bundled_target_config(description: str) -> str | None:
+    """The GpuTargetConfigProto text this package carries for `description`, without
+    comments and without the fields older XLA does not know; None for another model."""
+    key = f'device_description_str: "{description}"'
+    for name in sorted(os.listdir(CONFIGS)):
+        with open(os.path.join(CONFIGS, name), encoding="utf-8") as file:
+            text = file.read()
+        if key in text:
+            return "".join(line for line in text.splitlines(keepends=True)
+                           if not line.lstrip().startswith("#")
+                           and line.split(":")[0].strip() not in NEWER_FIELDS)
+    return None
+
+
 def install(directory: str | None = None, run=subprocess.run) -> str:
     """Install the plugin matching this jaxlib into `directory` (default `private_dir()`)
     with pip, without dependencies (no NVIDIA libraries: compiling needs none), replacing

@@ -47,6 +47,30 @@ def test_target_config_is_read_from_the_library(tmp_path):
     assert gpu_plugin.target_config(str(library), "GPU C") is None
 
 
+def test_bundled_descriptions_cover_every_model():
+    """The package's copies of XLA's descriptions (for plugins that carry none, jaxlib
+    0.10) describe every model by its description string, without comments and without
+    the fields older XLA rejects; where the installed plugin carries the description
+    too, the copy is that text with only those fields left out."""
+    library = None
+    try:
+        library = gpu_plugin.library()
+    except gpu_plugin.PluginMissing:
+        pass
+    for model in gpu.MODELS.values():
+        text = gpu_plugin.bundled_target_config(model.description)
+        assert text and text.startswith("gpu_device_info {")
+        assert text.rstrip().endswith(f'device_description_str: "{model.description}"')
+        assert not any(line.lstrip().startswith("#") or line.split(":")[0].strip()
+                       in gpu_plugin.NEWER_FIELDS for line in text.splitlines())
+        carried = library and gpu_plugin.target_config(library, model.description)
+        if carried:
+            kept = [line for line in carried.splitlines()
+                    if line.split(":")[0].strip() not in gpu_plugin.NEWER_FIELDS]
+            assert text.splitlines() == kept
+    assert gpu_plugin.bundled_target_config("NVIDIA A100-SXM4-80GB") is None
+
+
 def test_install_replaces_the_private_copy(tmp_path):
     commands = []
 
