@@ -49,6 +49,17 @@ def poison_buffers(module: ir.Module) -> int:
     return len(found)
 
 
+def assert_runs_as_the_original(prog: Program, lowered, module: ir.Module) -> None:
+    """`module` (the rewritten form of `lowered`, buffers poisoned) gives the original's
+    results on the program's inputs of two seeds."""
+    new = compat.replace_lowered_module(lowered, module).compile()
+    reference = lowered.compile()
+    for seed in (0, 1):
+        args = prog.args(seed)
+        for got, want in zip(jax.tree.leaves(new(*args)), jax.tree.leaves(reference(*args))):
+            assert_close(got, want, (jnp.float32,))
+
+
 def gated(x, w_gate, w_up):
     g = AG(x, "x", axis=0, tiled=True)
     return jax.nn.silu(g @ w_gate) * (g @ w_up)
@@ -105,12 +116,7 @@ def test_buffers_written_whole(name, bidirectional, target):
         assert counts["stablehlo.reduce_scatter"] + counts["stablehlo.all_to_all"] == 0
         assert counts["stablehlo.all_gather"] == counts["stablehlo.all_reduce"] == 0 or (
             name == "psum of a dot" and counts["stablehlo.all_gather"] == 1)
-        new = compat.replace_lowered_module(lowered, module).compile()
-        reference = lowered.compile()
-        for seed in (0, 1):
-            args = prog.args(seed)
-            for got, want in zip(jax.tree.leaves(new(*args)), jax.tree.leaves(reference(*args))):
-                assert_close(got, want, (jnp.float32,))
+        assert_runs_as_the_original(prog, lowered, module)
 
 
 # tpu-summing-rings: the TPU form of a ring that sums over a contracting gathered dim
@@ -148,12 +154,7 @@ def test_tpu_summing_rings_match_the_original(name):
         poison_buffers(module)
         counts = op_counts(module)
         assert counts["stablehlo.all_gather"] + counts["stablehlo.reduce_scatter"] == 0
-        new = compat.replace_lowered_module(lowered, module).compile()
-        reference = lowered.compile()
-        for seed in (0, 1):
-            args = prog.args(seed)
-            for got, want in zip(jax.tree.leaves(new(*args)), jax.tree.leaves(reference(*args))):
-                assert_close(got, want, (jnp.float32,))
+        assert_runs_as_the_original(prog, lowered, module)
 
 
 def test_tpu_target_unrolls_by_two_unless_told():
