@@ -8,7 +8,9 @@ and dim is gathered (or which result dim is scattered, or the product summed by 
 sizes (divisible by the group where the collective needs it, any size elsewhere), an
 element type (f32, bf16, f16; f8 for gathers), what surrounds the site (CONTEXTS:
 branches, loops, nested jax.jit calls, a stage under a branch), the export form (Shardy
-or GSPMD) and the pass options (bidirectional, unroll). The program is built with
+or GSPMD), the pass options (bidirectional, unroll) and the forms (every backend's, or
+the TPU forms with their summing rings, or the GPU forms: their uninitialised buffers
+filled with NaN, so that an element a ring fails to write shows). The program is built with
 jax.shard_map, lowered, rewritten with threshold-mib=0, and both versions run on the
 same random inputs and are compared.
 A few cases come from other generators: dims beyond int32 (checked on the IR),
@@ -92,6 +94,8 @@ class Case:
     devices: tuple[int, ...] = ()  # the mesh's device order; () is JAX's own
     manual: tuple[str, ...] = ()   # shard_map's manual axes; () is every mesh axis
     context: str = "plain"         # what surrounds the site (CONTEXTS)
+    target: str = ""               # the forms: "" (every backend), "tpu" (with its summing
+                                   # rings) or "gpu"; their uninitialised buffers poisoned
 
     @property
     def group(self) -> int:
@@ -100,6 +104,9 @@ class Case:
 
     def describe(self) -> str:
         return repr(self)
+
+
+TARGETS = ("", "", "tpu", "gpu")   # shares of the forms a Case is rewritten into
 
 
 def draw(rng: random.Random, seed: int) -> Case:
@@ -163,7 +170,8 @@ def draw(rng: random.Random, seed: int) -> Case:
                 tuple(rng.sample(range(rhs_rank), rhs_rank)),
                 operand, role, index, dtype, shardy,
                 rng.random() < 0.5, rng.choice((1, 1, 2, 3)), seed, devices,
-                manual if partial_ok and len(manual) < rank else (), context)
+                manual if partial_ok and len(manual) < rank else (), context,
+                rng.choice(TARGETS))
 
 
 def _letters(case: Case):
@@ -575,6 +583,8 @@ def _run(case: Case) -> tuple[str, str]:
     import numpy as np
 
     import overlap_hlo
+    from overlap_hlo.ir import compat
+    from overlap_hlo.targets.cpu import poison_buffers
 
     try:
         jitted, inputs = build(case)
@@ -586,11 +596,19 @@ def _run(case: Case) -> tuple[str, str]:
     except Exception as err:   # e.g. XLA:CPU has no bf16 x bf16 -> f32 dot for some shapes
         return "original fails", f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
     options = dict(threshold_mib=0, bidirectional=case.bidirectional, unroll=case.unroll)
+    if case.target:
+        options.update(target=case.target, tpu_summing_rings=case.target == "tpu")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # sites left unchanged are counted below
             sites = overlap_hlo.remarks(lowered.as_text(), **options)
-            rewritten = overlap_hlo.rewrite_lowered(lowered, **options)
+            if case.target:   # buffers left uninitialised there: NaN here
+                module = overlap_hlo.parse(lowered.as_text())
+                overlap_hlo.rewrite_module(module, **options)
+                poison_buffers(module)
+                rewritten = compat.replace_lowered_module(lowered, module)
+            else:
+                rewritten = overlap_hlo.rewrite_lowered(lowered, **options)
         got = _leaves(rewritten.compile()(*inputs))
     except Exception:
         return "crash", traceback.format_exc(limit=4)
@@ -641,6 +659,7 @@ class ExchangeCase:
     seed: int
     bidirectional: bool = False    # not used by the exchange, passed as pass options
     unroll: int = 1
+    target: str = ""               # the forms every backend runs
 
     def describe(self) -> str:
         return repr(self)
@@ -721,6 +740,7 @@ class BlockCase:
     bidirectional: bool = False
     unroll: int = 1
     partial: bool = False          # shard_map manual over `axis` only (the others auto)
+    target: str = ""               # the forms every backend runs
 
     def describe(self) -> str:
         return repr(self)

@@ -1,12 +1,41 @@
-"""Run a per-device (already partitioned) module on the host CPU devices.
+"""Run modules on the host CPU devices, as the tests and the fuzzer do.
 
-What the tests and the fuzzer use to run hand-written modules whose arguments and
-results are each device's own (`{mhlo.sharding = "{manual}"}`), before and after a
-rewrite. Needs `--xla_force_host_platform_device_count` devices.
+`run_per_device` runs a hand-written module whose arguments and results are each
+device's own (`{mhlo.sharding = "{manual}"}`), before and after a rewrite; it needs
+`--xla_force_host_platform_device_count` devices. `poison_buffers` makes the TPU and GPU
+forms runnable here.
 """
 from __future__ import annotations
 
 import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
+
+
+def poison_buffers(module: ir.Module) -> int:
+    """Replace every custom_call @AllocateBuffer (a buffer the TPU and GPU forms leave
+    uninitialised, which XLA:CPU cannot run) by a constant of NaN (floats) or of a
+    sentinel (integers), so that an element a ring fails to write shows in its results;
+    returns how many."""
+    found = []
+
+    def visit(op):
+        if op.name == "stablehlo.custom_call" and \
+                ir.StringAttr(op.attributes["call_target_name"]).value == "AllocateBuffer":
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for op in found:
+        tensor_type = ir.RankedTensorType(op.results[0].type)
+        elt = tensor_type.element_type
+        with ir.InsertionPoint(op), op.location:
+            fill = (ir.FloatAttr.get(elt, float("nan")) if isinstance(elt, ir.FloatType)
+                    else ir.IntegerAttr.get(elt, -12345))
+            poison = stablehlo.constant(ir.DenseElementsAttr.get_splat(tensor_type, fill))
+        op.results[0].replace_all_uses_with(poison)
+        op.erase()
+    return len(found)
 
 
 def run_per_device(text: str, replicas: int, partitions: int,

@@ -14,39 +14,15 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import stablehlo
 
 import overlap_hlo
 from harness import Program, assert_close, op_counts, partitioner
 from overlap_hlo.ir import compat
+from overlap_hlo.targets.cpu import poison_buffers
 
 AG = jax.lax.all_gather
 A2A = jax.lax.all_to_all
 RS = jax.lax.psum_scatter
-
-
-def poison_buffers(module: ir.Module) -> int:
-    """Replace every custom_call @AllocateBuffer by a constant of NaN (floats) or of a
-    sentinel (integers); returns how many."""
-    found = []
-
-    def visit(op):
-        if op.name == "stablehlo.custom_call" and \
-                ir.StringAttr(op.attributes["call_target_name"]).value == "AllocateBuffer":
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    for op in found:
-        tensor_type = ir.RankedTensorType(op.results[0].type)
-        elt = tensor_type.element_type
-        with ir.InsertionPoint(op), op.location:
-            fill = (ir.FloatAttr.get(elt, float("nan")) if isinstance(elt, ir.FloatType)
-                    else ir.IntegerAttr.get(elt, -12345))
-            poison = stablehlo.constant(ir.DenseElementsAttr.get_splat(tensor_type, fill))
-        op.results[0].replace_all_uses_with(poison)
-        op.erase()
-    return len(found)
 
 
 def assert_runs_as_the_original(prog: Program, lowered, module: ir.Module) -> None:
