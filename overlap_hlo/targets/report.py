@@ -103,7 +103,8 @@ SLOWER_TOLERANCE = 0.005   # a site within 0.5% of the original is not called sl
 # memory beside a ring). The first is the cost model's own choice: its sites' records
 # say what was decided when the original is kept. The last builds the summing rings
 # the TPU forms otherwise leave unchanged (FSDP: faster on v5e and v5p, slower on v4
-# and v6e in libtpu's estimates); a module without one is the second, compiled once.
+# and v6e in libtpu's estimates); TPU only, and a module without one is the second,
+# compiled once.
 CANDIDATES = {"per site": {},
               "every site, two streams": {"threshold_mib": 0, "bidirectional": True},
               "every site, one stream": {"threshold_mib": 0, "bidirectional": False},
@@ -318,7 +319,8 @@ def build_variants(source, topology: str | tpu.Topology | gpu.Target, variants: 
         chosen, candidates = "", {}
         if profile_decides(options):
             tried = {label: rewritten(dict(options, **extra))
-                     for label, extra in CANDIDATES.items()}
+                     for label, extra in CANDIDATES.items()
+                     if kind.platform == "TPU" or "tpu_summing_rings" not in extra}
             candidates = {label: c.analysis.total_us for label, c in tried.items()}
             chosen = min(tried, key=candidates.__getitem__)
             result = tried[chosen]

@@ -138,6 +138,14 @@ def test_cli_gpu_json(tmp_path, capsys):
     assert payload["collectives_left"] == []
 
 
+def test_the_profile_deciding_tries_no_tpu_candidate():
+    """The candidate with the TPU summing rings is not tried for a GPU target (its module
+    would be the two-stream one)."""
+    rep = report.build(lowered(H100), H100)
+    assert list(rep.candidates) == [label for label, extra in report.CANDIDATES.items()
+                                    if "tpu_summing_rings" not in extra]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--gpu=h100:8", "--tpu=v5e:2x4"], "not allowed with argument"),
     ([], "one of the arguments --tpu --gpu is required"),
