@@ -607,15 +607,15 @@ def plan_of(n: int, options: RewritePass, sums: bool = False,
     a consumer sums products (a contracting gathered dim)."""
     if bidirectional is None:
         bidirectional = bool(options.bidirectional)
-    # A ring that sums keeps one round per iteration unless asked: XLA's GPU pipeline
-    # left unrolled ones' sends bare (FSDP on h100:8 one stream 1 of 2 overlapped).
-    # Not the TPU form (own shard last): one round per iteration copied the carried
-    # shards every iteration (v5e:2x4 +492 us).
-    own_last = options.platform == "tpu"
-    unroll = options.unroll if options.unroll_given or not sums or own_last else 1
+    # Outside the TPU forms a ring that sums keeps one round per iteration unless asked:
+    # XLA's GPU pipeline left unrolled ones' sends bare (FSDP on h100:8 one stream 1 of
+    # 2 overlapped). In the TPU forms (own shard last where the ring has two streams)
+    # one round per iteration copied the carried shards every iteration (v5e:2x4
+    # +492 us).
+    tpu = options.platform == "tpu"
+    unroll = options.unroll if options.unroll_given or not sums or tpu else 1
     return RingPlan(GATHER, n, bidirectional, unroll, in_loop_sum=sums,
-                    single_trip_loop=options.single_trip_loop,
-                    own_last=own_last)
+                    single_trip_loop=options.single_trip_loop, own_last=tpu)
 
 
 def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,

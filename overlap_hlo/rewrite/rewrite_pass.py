@@ -88,8 +88,8 @@ class RewritePass:
     unroll: int | None = field(default=None, metadata={
         "help": "all_gather ring rounds per loop iteration, 1 to 16 (the remainder is "
                 "emitted after the loop); default 1, but 2 on TPU and GPU (the loop then "
-                "alternates two buffers instead of copying the shard it carries; a ring that "
-                "sums over a contracting gathered dim keeps 1). A reduce_scatter ring runs "
+                "alternates two buffers instead of copying the shard it carries; on GPU a ring "
+                "that sums over a contracting gathered dim keeps 1). A reduce_scatter ring runs "
                 "one round per iteration"})
     f32_sums: bool = field(default=False, metadata={
         "help": "overlap-all-gather-matmul: sum the partial products of a contracting "
