@@ -66,3 +66,28 @@ module @combine attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1
     return %1 : tensor<8x2x16xf32>
   }
 }
+
+// -----
+
+// Ulysses' attention output: the per-head product [heads, seq, d] transposed to
+// [seq, heads, d], then exchanged back (sequence split, heads concatenated). Each
+// step computes its chunk of the product, replays the transpose on it and sends it.
+// CHECK-LABEL: func.func @ulysses_out
+// CHECK-NOT: stablehlo.all_to_all
+// CHECK: %[[P0:.*]] = stablehlo.dot_general {{.*}} -> tensor<2x2x16xf32>
+// CHECK-NEXT: %[[T0:.*]] = stablehlo.transpose %[[P0]], dims = [1, 0, 2] : (tensor<2x2x16xf32>) -> tensor<2x2x16xf32>
+// CHECK: stablehlo.dynamic_update_slice %{{.*}}, %[[T0]]
+// CHECK: %[[P1:.*]] = stablehlo.dot_general {{.*}} -> tensor<2x2x16xf32>
+// CHECK-NEXT: %[[T1:.*]] = stablehlo.transpose %[[P1]], dims = [1, 0, 2]
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[T1]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>
+// CHECK: return %{{.*}} : tensor<2x8x16xf32>
+// CHECK-NOT: stablehlo.all_to_all
+// REMARK: remark: overlap-all-to-all-matmul: rewritten: tensor<2x8x16xf32> from chunks along dim 0 of tensor<8x2x16xf32>, concatenated on dim 1 over groups of 4; the dot's result through stablehlo.transpose computed chunk by chunk
+module @ulysses_out attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @ulysses_out(%p: tensor<2x8x8xf32>, %v: tensor<2x8x16xf32>) -> tensor<2x8x16xf32> {
+    %0 = stablehlo.dot_general %p, %v, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x8xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+    %1 = stablehlo.transpose %0, dims = [1, 0, 2] : (tensor<2x8x16xf32>) -> tensor<8x2x16xf32>
+    %2 = "stablehlo.all_to_all"(%1) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, concat_dimension = 1 : i64, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, split_count = 4 : i64, split_dimension = 0 : i64}> : (tensor<8x2x16xf32>) -> tensor<2x8x16xf32>
+    return %2 : tensor<2x8x16xf32>
+  }
+}

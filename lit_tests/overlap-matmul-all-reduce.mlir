@@ -65,3 +65,23 @@ module @max_reduction attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replic
     return %1 : tensor<8x8xf32>
   }
 }
+
+// -----
+
+// An all_reduce whose operand is not a dot's result, read by a dot (a cotangent's psum
+// in a backward pass): its reduce half has no dot to overlap. Left unchanged, and said.
+// CHECK-LABEL: func.func @operand_not_a_dot
+// CHECK: "stablehlo.all_reduce"
+// REMARK: remark: overlap-matmul-all-reduce: left unchanged: its operand is not a dot's result (the reduce half has no dot to overlap), though its result feeds a dot
+module @operand_not_a_dot attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @operand_not_a_dot(%a: tensor<8x16xf32>, %b: tensor<16x8xf32>) -> tensor<8x8xf32> {
+    %0 = stablehlo.multiply %a, %a : tensor<8x16xf32>
+    %1 = "stablehlo.all_reduce"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> ({
+    ^bb0(%x: tensor<f32>, %y: tensor<f32>):
+      %2 = stablehlo.add %x, %y : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<8x16xf32>) -> tensor<8x16xf32>
+    %3 = stablehlo.dot_general %1, %b, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %3 : tensor<8x8xf32>
+  }
+}

@@ -15,11 +15,15 @@ shift differs in every step, so there is no loop).
   while the next step's chunk travels.
 - The exchanged tensor is a dot's result (read by nothing else): chunk (p + k) of the
   product is computed (the operand, or both for a batch dim, that makes dim s sliced)
-  and sent; the next chunk's dot runs while it travels.
+  and sent; the next chunk's dot runs while it travels. This side is also taken when
+  the exchange feeds a dot the first side cannot (the MoE combine: the expert matmul's
+  output exchanged, then contracted over the experts).
 
-Left unchanged, with a remark: an all_to_all whose result has readers other than one
-dot, or whose concat dim is a contracting or batch dim of it; a dot reached through
-views or adds; variadic all_to_alls.
+On the producer side the dot may sit behind views that keep the split dim whole
+(convert, transpose, reshape: Ulysses' attention output, exchanged back). Left
+unchanged, with a remark: an all_to_all whose result has readers other than one dot,
+or whose concat dim is a contracting or batch dim of it; a dot reached through views
+on the consumer side; a sum of dots; variadic all_to_alls.
 
 Example:
   overlap-opt --pass-pipeline='builtin.module(overlap-all-to-all-matmul{threshold-mib=0})' in.mlir
@@ -34,7 +38,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
-from overlap_hlo.ir.lookthrough import TRANSPARENT, producer
+from overlap_hlo.ir.lookthrough import TRANSPARENT, producer, replay
 from overlap_hlo.ir.ops import as_op, defining_op
 from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.plan import cost
@@ -78,13 +82,22 @@ class OverlapAllToAllMatmul(RewritePass):
         readers = [as_op(use.owner) for use in exchange.results[0].uses]
         dots = [r for r in readers if r.name == "stablehlo.dot_general"]
         source = defining_op(exchange.operands[0])
+        from_dot = source is not None and source.name == "stablehlo.dot_general"
+        viewed = producer(exchange.operands[0], split)   # (op, views, dim) above views
         if dots:
-            site = self._consumer(exchange, dots[0], readers, split, concat)
-        elif source is not None and source.name == "stablehlo.dot_general":
+            try:
+                site = self._consumer(exchange, dots[0], readers, split, concat)
+            except Unsupported:
+                if not from_dot:     # else the dot before it is the site (MoE combine)
+                    raise
+                site = self._producer(exchange, source, split, concat)
+        elif from_dot:
             site = self._producer(exchange, source, split, concat)
-        elif summed_dots(producer(exchange.operands[0], split)[0])[0]:
-            raise Unsupported("its operand is a dot's result through views or adds (not "
-                              "followed yet)", kind="view after the dot")
+        elif viewed[0] is not None and viewed[0].name == "stablehlo.dot_general":
+            site = self._producer(exchange, viewed[0], split, concat, viewed[1], viewed[2])
+        elif summed_dots(viewed[0])[0]:
+            raise Unsupported("its operand is a sum of dots' results (not followed yet)",
+                              kind="sum of dots")
         elif any(r.name in VIEWS and any(as_op(u.owner).name == "stablehlo.dot_general"
                                          for u in r.results[0].uses) for r in readers):
             raise Unsupported("it reaches its dot through a view (not followed yet)",
@@ -120,12 +133,16 @@ class OverlapAllToAllMatmul(RewritePass):
         return ExchangeSite(exchange, dot, split, concat, result_dim, ((operand, concat),),
                             before=False)
 
-    def _producer(self, exchange, dot, split, concat) -> ExchangeSite:
-        """The exchanged tensor is the dot's result: each chunk is computed, then sent."""
+    def _producer(self, exchange, dot, split, concat, views=(), dot_dim=None) -> ExchangeSite:
+        """The exchanged tensor is the dot's result (through `views`, single-use ops that
+        keep the split dim whole; the split is `dot_dim` of the dot's result): each
+        chunk is computed, viewed, then sent."""
         if len(list(dot.results[0].uses)) > 1:
             raise Unsupported("the dot's result has readers other than the all_to_all")
-        sources = tuple(DotDims.of(dot).result_source(split))
-        return ExchangeSite(exchange, dot, split, concat, split, sources, before=True)
+        dot_dim = split if dot_dim is None else dot_dim
+        sources = tuple(DotDims.of(dot).result_source(dot_dim))
+        return ExchangeSite(exchange, dot, split, concat, dot_dim, sources, before=True,
+                            views=tuple(views))
 
     def emit(self, match, plan, ring, rewriter, scan) -> None:
         s = match.build
@@ -138,6 +155,8 @@ class OverlapAllToAllMatmul(RewritePass):
                 result = self._multiply_received(s, n, ring, position, scan)
         if s.before:
             rewriter.replace_op(s.exchange, [result])
+            for view in reversed(s.views):
+                rewriter.erase_op(view.op)
             rewriter.erase_op(s.dot)
         else:
             rewriter.replace_op(s.dot, [result])
@@ -177,16 +196,17 @@ class OverlapAllToAllMatmul(RewritePass):
         """Step k: compute chunk (p + k) of the product, send it, place the one
         received at block (p - k) of the concat dim."""
         product = s.dot.results[0].type
-        chunk_size = product.shape[s.split] // n
-        part_type = b.with_dim(product, s.split, chunk_size)
-        block = part_type.shape[s.concat]
+        chunk_size = product.shape[s.result_dim] // n
+        part_type = b.with_dim(product, s.result_dim, chunk_size)
+        x = s.exchange.operands[0].type
+        block = b.with_dim(x, s.split, x.shape[s.split] // n).shape[s.concat]
         result = b.buffer(s.exchange.results[0].type, self.platform)
         for k in range(n):
             offset = b.block_offset(position, k, n, chunk_size)
             operands = list(s.dot.operands)
             for operand, dim in s.sliced:
                 operands[operand] = b.slice_dim(operands[operand], dim, offset, chunk_size)
-            part = b.dot_like(s.dot, *operands, part_type)
+            part = replay(s.views, b.dot_like(s.dot, *operands, part_type))
             result = b.update_dim(result, self._send(part, k, ring, scan), s.concat,
                                   b.block_offset(position, k, n, block, sign=-1))
         return result
@@ -203,10 +223,12 @@ class ExchangeSite:
     result_dim: int       # the dot's result dim that the chunks are blocks of
     sliced: tuple         # (operand, dim) of the dot split into chunks
     before: bool          # the dot makes the exchanged tensor (else it reads it)
+    views: tuple = ()     # lookthrough.View: from the dot's result to the exchanged tensor
 
     def describe(self) -> str:
         if self.before:
-            return "the dot's result (an MoE combine) computed chunk by chunk"
+            through = "".join(f" through {v.op.name}" for v in self.views)
+            return f"the dot's result{through or ' (an MoE combine)'} computed chunk by chunk"
         (operand, _), = self.sliced
         return f"multiplied chunk by chunk (free dim of operand {operand})"
 

@@ -11,9 +11,11 @@ the group size and that the ring can slice (a free or batch dim of the dots).
 The cost model prices the site as the all_reduce (or the two halves it is made of)
 and the dot before, and the ring plus the all_gather after.
 
-Not done here (left for later; such sites stay as they are): moving the ops after the
-all_reduce onto the shard so that the all_gather becomes the next dot's gather ring
-(Megatron's sequence parallelism); all_reduces of more than one operand.
+An all_reduce (add) whose operand is not a dot's result but whose result feeds one (the
+cotangent's psum in a backward pass written with `check_vma=False`, an embedding's
+psum before the first layer) is left unchanged with a remark: its reduce half has no
+dot to overlap. Not done either: all_reduces of more than one operand (left with a
+remark). overlap-sequence-parallel moves the ops after the all_gather onto the shard.
 
 Example:
   overlap-opt --pass-pipeline='builtin.module(overlap-matmul-all-reduce{threshold-mib=0})' in.mlir
@@ -27,7 +29,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.groups.collectives import Ring
-from overlap_hlo.ir.lookthrough import producer
+from overlap_hlo.ir.lookthrough import dots_reading, producer
 from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.cost import SiteShape
@@ -35,7 +37,8 @@ from overlap_hlo.rewrite import builders as b
 from overlap_hlo.rewrite.rewrite_pass import NoMatch, require_supported_types
 from overlap_hlo.rewrite.site import Match
 
-from .matmul_reduce_scatter import OverlapMatmulReduceScatter, ScatterSite, summed_dots
+from .matmul_reduce_scatter import (OverlapMatmulReduceScatter, ScatterSite, is_add_reduction,
+                                    summed_dots)
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,11 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
                "then all_gather")
 
     def dots_beside(self, op) -> list[ir.Operation]:
+        return self.summed(op) or dots_reading(op.results[0])
+
+    @staticmethod
+    def summed(op) -> list[ir.Operation]:
+        """The dots whose products the all_reduce sums (through views and adds)."""
         for dim in range(_rank(op)):
             dots = summed_dots(producer(op.operands[0], dim)[0])[0]
             if dots:
@@ -56,8 +64,15 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
 
     def match(self, op, scan, settled=None) -> Match:
         reduce = op.operation
-        if not self.dots_beside(reduce):
-            raise NoMatch
+        if not self.summed(reduce):
+            if len(reduce.results) != 1 or not is_add_reduction(reduce.regions[0]) \
+                    or not dots_reading(reduce.results[0]):
+                raise NoMatch
+            raise Unsupported(
+                "its operand is not a dot's result (the reduce half has no dot to overlap), "
+                "though its result feeds a dot; psum_scatter then all_gather by hand lets "
+                "overlap-all-gather-matmul take the gather half",
+                kind="operand not a dot's result")
         if len(reduce.operands) != 1:
             raise Unsupported(f"an all_reduce of {len(reduce.operands)} operands")
         result_type = reduce.results[0].type

@@ -231,6 +231,25 @@ def dot_across_regions(root: ir.Value, limit: int = 256) -> str | None:
     return None
 
 
+def dots_reading(root: ir.Value, limit: int = 64) -> list[ir.Operation]:
+    """The dots that read `root` through PASSING and elementwise ops (in one region),
+    within `limit` values: what a collective's result feeds."""
+    from overlap_hlo.ir.ops import ELEMENTWISE
+
+    dots, frontier, seen = [], [root], 0
+    while frontier and seen < limit:
+        value = frontier.pop()
+        seen += 1
+        for use in value.uses:
+            user = as_op(use.owner)
+            if user.name in DOTS:
+                if not any(user == dot for dot in dots):
+                    dots.append(user)
+            elif user.name in PASSING or user.name in ELEMENTWISE:
+                frontier.extend(user.results)
+    return dots
+
+
 def add_leaves(top: ir.Operation | None) -> list[ir.Operation]:
     """`top`, or when it is a stablehlo.add, the ops that the tree of single-use adds
     under it sums, in operand order (operands that are block arguments or that other

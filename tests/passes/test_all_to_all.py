@@ -61,10 +61,35 @@ def _site(fn, inputs, out_specs):
 
 
 def test_a_dot_reached_through_a_view_is_left_unchanged_with_a_remark():
-    site, module = _site(lambda h, w: A2A((h @ w).T, "x", 0, 1, tiled=True),
-                         [((32, 24), P()), ((24, 64), P())], P(None, "x"))
-    assert not site.applied and site.kind == "view after the dot"
+    site, module = _site(lambda x, w: A2A(x, "x", 0, 1, tiled=True).T @ w,
+                         [((64, 4), P()), ((8, 24), P())], P())
+    assert not site.applied and site.kind == "view before the dot"
     assert op_counts(module)["stablehlo.all_to_all"] == 1 and not permutes(module)
+
+
+@pytest.mark.parametrize("shardy", EXPORT_FORMS)
+def test_a_product_exchanged_through_a_transpose(shardy):
+    """Ulysses' attention output: the dot's result transposed, then exchanged."""
+    program = Program(lambda h, w: A2A(jnp.einsum("hqd,de->qhe", h, w), "x", 0, 1,
+                                       tiled=True),
+                      (8,), ("x",), [((4, 64, 16), P()), ((16, 12), P())], P(None, "x"))
+    counts = check(program, shardy=shardy, left=GONE)
+    assert counts["stablehlo.collective_permute"] == 7
+    assert counts["stablehlo.transpose"] >= 8     # replayed on each chunk's product
+
+
+@pytest.mark.parametrize("shardy", EXPORT_FORMS)
+def test_a_combine_whose_exchange_feeds_a_contracting_dot(shardy):
+    """MoE combine: the expert matmul's output exchanged, then contracted over the
+    experts by the combine einsum. The reading dot cannot take it (the concat dim is
+    contracting), so the exchange is split on the producing dot's side."""
+    def combine(h, w, mask):
+        return jnp.einsum("ecd,tec->td", A2A(jnp.einsum("ech,ehd->ecd", h, w), "x", 1, 0,
+                                             tiled=True), mask)
+    program = Program(combine, (8,), ("x",), [((16, 32, 24), P("x")), ((16, 24, 16), P("x")),
+                                              ((8, 16, 4), P())], P())
+    counts = check(program, shardy=shardy, left=GONE)
+    assert counts["stablehlo.collective_permute"] == 7
 
 
 def test_a_contracting_concat_dim_is_left_unchanged_with_a_remark():
