@@ -91,3 +91,26 @@ module @ulysses_out attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas
     return %2 : tensor<2x8x16xf32>
   }
 }
+
+// -----
+
+// Ulysses' values: the exchanged tensor contracted over its concat dim. The chunk
+// received in step k (from p - k) multiplies rows (p - k) mod 4 of %w; the products
+// are summed.
+// CHECK-LABEL: func.func @contracted
+// CHECK-NOT: stablehlo.all_to_all
+// CHECK: %[[W0:.*]] = stablehlo.dynamic_slice %arg1, {{.*}} sizes = [4, 8]
+// CHECK: %[[OWN:.*]] = stablehlo.dot_general %{{.*}}, %[[W0]], contracting_dims = [1] x [0] : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
+// CHECK: %[[R1:.*]] = "stablehlo.collective_permute"
+// CHECK: %[[W1:.*]] = stablehlo.dynamic_slice %arg1, {{.*}} sizes = [4, 8]
+// CHECK-NEXT: %[[P1:.*]] = stablehlo.dot_general %[[R1]], %[[W1]]
+// CHECK-NEXT: stablehlo.add %[[OWN]], %[[P1]] : tensor<2x8xf32>
+// CHECK-NOT: stablehlo.all_to_all
+// REMARK: remark: overlap-all-to-all-matmul: rewritten: tensor<2x16xf32> from chunks along dim 0 of tensor<8x4xf32>, concatenated on dim 1 over groups of 4; multiplied chunk by chunk, the products summed (contracting dim of operand 0)
+module @contracted attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @contracted(%x: tensor<8x4xf32>, %w: tensor<16x8xf32>) -> tensor<2x8xf32> {
+    %0 = "stablehlo.all_to_all"(%x) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, concat_dimension = 1 : i64, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, split_count = 4 : i64, split_dimension = 0 : i64}> : (tensor<8x4xf32>) -> tensor<2x16xf32>
+    %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+    return %1 : tensor<2x8xf32>
+  }
+}

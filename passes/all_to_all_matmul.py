@@ -12,7 +12,10 @@ shift differs in every step, so there is no loop).
 
 - The dot reads the exchanged tensor, c a free dim of it: each received chunk is
   multiplied at once, into block (p - k) of the dot's result; the dot of one step runs
-  while the next step's chunk travels.
+  while the next step's chunk travels. When c is a contracting dim (Ulysses' values,
+  contracted over the sequence), the chunk is multiplied by block (p - k) of the other
+  operand along the paired dim and the products are summed (on TPU only with
+  tpu-summing-rings, as for a gather ring that sums).
 - The exchanged tensor is a dot's result (read by nothing else): chunk (p + k) of the
   product is computed (the operand, or both for a batch dim, that makes dim s sliced)
   and sent; the next chunk's dot runs while it travels. This side is also taken when
@@ -22,8 +25,8 @@ shift differs in every step, so there is no loop).
 On the producer side the dot may sit behind views that keep the split dim whole
 (convert, transpose, reshape: Ulysses' attention output, exchanged back). Left
 unchanged, with a remark: an all_to_all whose result has readers other than one dot,
-or whose concat dim is a contracting or batch dim of it; a dot reached through views
-on the consumer side; a sum of dots; variadic all_to_alls.
+or whose concat dim is a batch dim of it; a dot reached through views on the consumer
+side; a sum of dots; variadic all_to_alls.
 
 Example:
   overlap-opt --pass-pipeline='builtin.module(overlap-all-to-all-matmul{threshold-mib=0})' in.mlir
@@ -85,12 +88,8 @@ class OverlapAllToAllMatmul(RewritePass):
         from_dot = source is not None and source.name == "stablehlo.dot_general"
         viewed = producer(exchange.operands[0], split)   # (op, views, dim) above views
         if dots:
-            try:
-                site = self._consumer(exchange, dots[0], readers, split, concat)
-            except Unsupported:
-                if not from_dot:     # else the dot before it is the site (MoE combine)
-                    raise
-                site = self._producer(exchange, source, split, concat)
+            site = self._reading_side(exchange, dots[0], readers, split, concat,
+                                      source if from_dot else None)
         elif from_dot:
             site = self._producer(exchange, source, split, concat)
         elif viewed[0] is not None and viewed[0].name == "stablehlo.dot_general":
@@ -115,21 +114,52 @@ class OverlapAllToAllMatmul(RewritePass):
         whole, sliced = traffic(dot, {operand for operand, _ in site.sliced})
         shape = cost.SiteShape(ring.size, flops(dot), cost.element_name(x.element_type),
                                tensor_bytes(chunk), _plan(ring.size), whole_bytes=whole,
-                               sliced_bytes=sliced)
+                               sliced_bytes=sliced, sum_bytes=tensor_bytes(
+                                   dot.results[0].type) if site.sums else 0.0)
         detail = (f"{y} from chunks along dim {split} of {x}, concatenated on dim "
                   f"{concat} over groups of {ring.size}; {site.describe()}")
+        refusal = None
+        if site.sums and self.platform == "tpu" and not self.tpu_summing_rings:
+            refusal = Unsupported(
+                "its chunks' products are summed, and on TPU each step reads and writes the "
+                "whole sum in HBM (as a gather ring over a contracting dim: slower than the "
+                "original on v4 and v6e); tpu-summing-rings=true builds it",
+                kind="summing ring on TPU")
         return Match(detail, y, ring, shape, lambda bidirectional: _plan(ring.size),
-                     build=site, dots=[dot.location])
+                     build=site, dots=[dot.location], refusal=refusal)
+
+    def _reading_side(self, exchange, dot, readers, split, concat, source
+                      ) -> ExchangeSite:
+        """The site for an exchange that a dot reads: chunk dots of that dot when it
+        splits into them (a free concat dim); else the producing dot `source`, if any,
+        computed chunk by chunk (the MoE combine); else partial sums (a contracting
+        concat dim: Ulysses' values)."""
+        try:
+            site = self._consumer(exchange, dot, readers, split, concat)
+        except Unsupported:
+            if source is None:
+                raise
+            return self._producer(exchange, source, split, concat)
+        if site.sums and source is not None:
+            try:
+                return self._producer(exchange, source, split, concat)
+            except Unsupported:
+                pass
+        return site
 
     def _consumer(self, exchange, dot, readers, split, concat) -> ExchangeSite:
         """The dot reads the exchanged tensor: each received chunk is multiplied."""
         if len(readers) > 1:
             raise Unsupported("its result has readers other than one dot_general")
         operand = 0 if dot.operands[0] == exchange.results[0] else 1
-        kind, result_dim, _ = DotDims.of(dot).classify(operand, concat)
+        kind, result_dim, paired = DotDims.of(dot).classify(operand, concat)
+        if kind == "contracting":     # each chunk's product is a partial sum of the result
+            return ExchangeSite(exchange, dot, split, concat, -1,
+                                ((operand, concat), (1 - operand, paired)), before=False)
         if kind != "free":
-            raise Unsupported(f"its concat dim is a {kind} dim of the dot (only a free "
-                              "dim is split into chunk dots)", kind="concat dim not free")
+            raise Unsupported(f"its concat dim is a {kind} dim of the dot (a free dim is "
+                              "split into chunk dots, a contracting one into partial "
+                              "sums)", kind="concat dim not free")
         return ExchangeSite(exchange, dot, split, concat, result_dim, ((operand, concat),),
                             before=False)
 
@@ -172,9 +202,9 @@ class OverlapAllToAllMatmul(RewritePass):
         chunk_size = x.type.shape[s.split] // n
         block = b.with_dim(x.type, s.split, chunk_size).shape[s.concat]
         result_type = s.dot.results[0].type
-        part_type = b.with_dim(result_type, s.result_dim, block)
-        result = b.buffer(result_type, self.platform)
-        (operand, _), = s.sliced
+        part_type = result_type if s.sums else b.with_dim(result_type, s.result_dim, block)
+        result = None if s.sums else b.buffer(result_type, self.platform)
+        operand = s.sliced[0][0]
         parts = []
         for k in range(n):
             mine = b.slice_dim(x, s.split, b.block_offset(position, k, n, chunk_size),
@@ -186,10 +216,17 @@ class OverlapAllToAllMatmul(RewritePass):
                 mine = b.barrier([mine, parts[k - 2]])[0]
             operands = list(s.dot.operands)
             operands[operand] = self._send(mine, k, ring, scan)
+            if s.sums:     # the received chunk's block of the other operand
+                other, dim = s.sliced[1]
+                operands[other] = b.slice_dim(operands[other], dim, b.block_offset(
+                    position, k, n, block, sign=-1), block)
             part = b.dot_like(s.dot, *operands, part_type)
             parts.append(part)
-            result = b.update_dim(result, part, s.result_dim,
-                                  b.block_offset(position, k, n, block, sign=-1))
+            if s.sums:
+                result = part if result is None else b.add(result, part)
+            else:
+                result = b.update_dim(result, part, s.result_dim,
+                                      b.block_offset(position, k, n, block, sign=-1))
         return result
 
     def _send_products(self, s, n, ring, position, scan) -> ir.Value:
@@ -225,11 +262,19 @@ class ExchangeSite:
     before: bool          # the dot makes the exchanged tensor (else it reads it)
     views: tuple = ()     # lookthrough.View: from the dot's result to the exchanged tensor
 
+    @property
+    def sums(self) -> bool:
+        """The dot contracts the concat dim: each chunk's product is a partial sum."""
+        return not self.before and len(self.sliced) == 2
+
     def describe(self) -> str:
         if self.before:
             through = "".join(f" through {v.op.name}" for v in self.views)
             return f"the dot's result{through or ' (an MoE combine)'} computed chunk by chunk"
-        (operand, _), = self.sliced
+        operand = self.sliced[0][0]
+        if self.sums:
+            return (f"multiplied chunk by chunk, the products summed (contracting dim of "
+                    f"operand {operand})")
         return f"multiplied chunk by chunk (free dim of operand {operand})"
 
 

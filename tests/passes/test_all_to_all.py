@@ -92,8 +92,33 @@ def test_a_combine_whose_exchange_feeds_a_contracting_dot(shardy):
     assert counts["stablehlo.collective_permute"] == 7
 
 
-def test_a_contracting_concat_dim_is_left_unchanged_with_a_remark():
-    site, module = _site(lambda x, w: A2A(x, "x", 0, 1, tiled=True) @ w,
-                         [((64, 4), P()), ((32, 24), P())], P())
+@pytest.mark.parametrize("shardy", EXPORT_FORMS)
+def test_a_contracting_concat_dim_sums_the_chunk_products(shardy):
+    """Ulysses' values: the exchanged tensor contracted over its concat dim. Each chunk
+    multiplies its block of the other operand; the products are summed."""
+    program = Program(lambda x, w: A2A(x, "x", 0, 1, tiled=True) @ w, (8,), ("x",),
+                      [((64, 4), P()), ((32, 24), P())], P())
+    counts = check(program, shardy=shardy, left=GONE)
+    assert counts["stablehlo.collective_permute"] == 7
+    assert counts["stablehlo.dot_general"] == 8 and counts["stablehlo.add"] >= 7
+
+
+def test_a_summing_exchange_on_tpu_needs_tpu_summing_rings():
+    fn, inputs = (lambda x, w: A2A(x, "x", 0, 1, tiled=True) @ w), [((64, 4), P()),
+                                                                    ((32, 24), P())]
+    program = Program(fn, (8,), ("x",), inputs, P())
+    text = program.jitted().lower(*program.args()).as_text()
+    (site,) = overlap_hlo.remarks(text, threshold_mib=0, target="tpu")
+    assert not site.applied and site.kind == "summing ring on TPU"
+    (site,) = overlap_hlo.remarks(text, threshold_mib=0, target="tpu", tpu_summing_rings=True)
+    assert site.applied and "the products summed" in site.detail
+
+
+def test_a_batch_concat_dim_is_left_unchanged_with_a_remark():
+    site, module = _site(lambda x, w: jnp.einsum("ecm,emh->ech", A2A(x, "x", 1, 0, tiled=True),
+                                                 w),
+                         [((2, 16, 4), P()), ((16, 4, 3), P())], P())
     assert not site.applied and site.kind == "concat dim not free"
     assert op_counts(module)["stablehlo.all_to_all"] == 1
+
+
