@@ -68,11 +68,17 @@ module @max_reduction attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replic
 
 // -----
 
-// An all_reduce whose operand is not a dot's result, read by a dot (a cotangent's psum
-// in a backward pass): its reduce half has no dot to overlap. Left unchanged, and said.
+// An all_reduce whose operand is not a dot's result, read only by a dot (a cotangent's
+// psum in a backward pass): a reduce_scatter, then an all_gather along a free dim of
+// the dot, which overlap-all-gather-matmul makes the dot's ring.
 // CHECK-LABEL: func.func @operand_not_a_dot
-// CHECK: "stablehlo.all_reduce"
-// REMARK: remark: overlap-matmul-all-reduce: left unchanged: its operand is not a dot's result (the reduce half has no dot to overlap), though its result feeds a dot
+// CHECK-NOT: "stablehlo.all_reduce"
+// CHECK: %[[RS:.*]] = "stablehlo.reduce_scatter"(%{{.*}}) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, replica_groups = dense<{{\[}}[0, 1, 2, 3]]> : tensor<1x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}>
+// CHECK: stablehlo.add
+// CHECK: }) : (tensor<8x16xf32>) -> tensor<2x16xf32>
+// CHECK-NEXT: %[[AG:.*]] = "stablehlo.all_gather"(%[[RS]]) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>
+// CHECK-NEXT: stablehlo.dot_general %[[AG]], %arg1
+// REMARK: remark: overlap-matmul-all-reduce: rewritten: as a reduce_scatter on dim 0 then an all_gather that 1 dot(s) read (overlap-all-gather-matmul makes it their ring; its operand is not a dot's result, so the reduce half stays whole): tensor<8x16xf32> over groups of 4
 module @operand_not_a_dot attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @operand_not_a_dot(%a: tensor<8x16xf32>, %b: tensor<16x8xf32>) -> tensor<8x8xf32> {
     %0 = stablehlo.multiply %a, %a : tensor<8x16xf32>
@@ -83,5 +89,26 @@ module @operand_not_a_dot attributes {mhlo.num_partitions = 4 : i32, mhlo.num_re
     }) : (tensor<8x16xf32>) -> tensor<8x16xf32>
     %3 = stablehlo.dot_general %1, %b, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
     return %3 : tensor<8x8xf32>
+  }
+}
+
+// -----
+
+// The same all_reduce read by a dot and by an add (an embedding's psum before a norm):
+// the gather half would not reach only dots. Left unchanged, and said.
+// CHECK-LABEL: func.func @also_read_by_an_add
+// CHECK: "stablehlo.all_reduce"
+// REMARK: remark: overlap-matmul-all-reduce: left unchanged: its operand is not a dot's result (the reduce half has no dot to overlap), and no dim of its result is divisible by the group size and read only by dots
+module @also_read_by_an_add attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @also_read_by_an_add(%a: tensor<8x16xf32>, %b: tensor<16x8xf32>) -> (tensor<8x8xf32>, tensor<8x16xf32>) {
+    %0 = stablehlo.multiply %a, %a : tensor<8x16xf32>
+    %1 = "stablehlo.all_reduce"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> ({
+    ^bb0(%x: tensor<f32>, %y: tensor<f32>):
+      %2 = stablehlo.add %x, %y : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<8x16xf32>) -> tensor<8x16xf32>
+    %3 = stablehlo.dot_general %1, %b, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %4 = stablehlo.add %1, %a : tensor<8x16xf32>
+    return %3, %4 : tensor<8x8xf32>, tensor<8x16xf32>
   }
 }

@@ -11,11 +11,15 @@ the group size and that the ring can slice (a free or batch dim of the dots).
 The cost model prices the site as the all_reduce (or the two halves it is made of)
 and the dot before, and the ring plus the all_gather after.
 
-An all_reduce (add) whose operand is not a dot's result but whose result feeds one (the
-cotangent's psum in a backward pass written with `check_vma=False`, an embedding's
-psum before the first layer) is left unchanged with a remark: its reduce half has no
-dot to overlap. Not done either: all_reduces of more than one operand (left with a
-remark). overlap-sequence-parallel moves the ops after the all_gather onto the shard.
+An all_reduce (add) whose operand is not a dot's result but whose result only dots read
+(the cotangent's psum in a backward pass written with `check_vma=False`) becomes a
+reduce_scatter, then an all_gather that the dots read: overlap-all-gather-matmul turns
+that into their ring, so the gather half overlaps them (the reduce half has no dot to
+overlap and stays whole). The dim is one every dot reads as a free dim (else as a free
+or contracting one). Where other ops read it too (an embedding's psum before a norm),
+it is left unchanged with a remark. Not done either: all_reduces of more than one
+operand (left with a remark). overlap-sequence-parallel moves the ops after the
+all_gather onto the shard.
 
 Example:
   overlap-opt --pass-pipeline='builtin.module(overlap-matmul-all-reduce{threshold-mib=0})' in.mlir
@@ -29,10 +33,12 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.groups.collectives import Ring
-from overlap_hlo.ir.lookthrough import dots_reading, producer
+from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
+from overlap_hlo.ir.lookthrough import DOTS, dots_reading, producer, users_through_views
 from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.cost import SiteShape
+from overlap_hlo.plan.ring_plan import GATHER, RingPlan
 from overlap_hlo.rewrite import builders as b
 from overlap_hlo.rewrite.rewrite_pass import NoMatch, require_supported_types
 from overlap_hlo.rewrite.site import Match
@@ -68,11 +74,7 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
             if len(reduce.results) != 1 or not is_add_reduction(reduce.regions[0]) \
                     or not dots_reading(reduce.results[0]):
                 raise NoMatch
-            raise Unsupported(
-                "its operand is not a dot's result (the reduce half has no dot to overlap), "
-                "though its result feeds a dot; psum_scatter then all_gather by hand lets "
-                "overlap-all-gather-matmul take the gather half",
-                kind="operand not a dot's result")
+            return self.match_gather_side(reduce, scan)
         if len(reduce.operands) != 1:
             raise Unsupported(f"an all_reduce of {len(reduce.operands)} operands")
         result_type = reduce.results[0].type
@@ -97,9 +99,76 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
                           f"{ring.size} and sliceable by the ring",
                           kind="no divisible dim")
 
+    def match_gather_side(self, reduce: ir.Operation, scan) -> Match:
+        """An all_reduce whose result only dots read (a cotangent's psum in a backward
+        pass): a reduce_scatter, then an all_gather that the dots read, which
+        overlap-all-gather-matmul makes their ring. The dim: the first divisible one
+        that every dot reads as a free dim, else as a free or contracting one (a ring
+        that sums; not in the TPU forms unless tpu-summing-rings)."""
+        if len(reduce.operands) != 1:
+            raise Unsupported(f"an all_reduce of {len(reduce.operands)} operands")
+        result_type = reduce.results[0].type
+        require_supported_types(result_type)
+        ring = Ring.from_collective(reduce, scan)
+        kinds = {}
+        for dim in range(_rank(reduce)):
+            if result_type.shape[dim] % ring.size:
+                continue
+            uses, _ = users_through_views(reduce.results[0], dim)
+            if uses and all(use.user.name in DOTS for use in uses):
+                kinds[dim] = {DotDims.of(use.user).classify(
+                    list(use.user.operands).index(use.value), use.dim)[0] for use in uses}
+        dims = [d for d, k in kinds.items() if k == {"free"}]
+        if not dims and (self.platform != "tpu" or self.tpu_summing_rings):
+            dims = [d for d, k in kinds.items() if k <= {"free", "contracting"}]
+        if not dims:
+            raise Unsupported(
+                "its operand is not a dot's result (the reduce half has no dot to overlap), "
+                "and no dim of its result is divisible by the group size and read only by "
+                "dots as a dim their ring can take (where the all_gather half would "
+                "overlap them)",
+                kind="operand not a dot's result")
+        dim = dims[0]
+        uses, _ = users_through_views(reduce.results[0], dim)
+        dots = list({hash(use.user): use.user for use in uses}.values())
+        block = b.with_dim(result_type, dim, result_type.shape[dim] // ring.size)
+        traffics = [traffic(dot, {list(dot.operands).index(use.value)})
+                    for use in uses for dot in [use.user]]
+        shape = SiteShape(ring.size, sum(flops(dot) for dot in dots),
+                          cost.element_name(result_type.element_type), tensor_bytes(block),
+                          RingPlan(GATHER, ring.size), whole_bytes=sum(w for w, _ in traffics),
+                          sliced_bytes=sum(c for _, c in traffics),
+                          spans_all_devices=ring.spans_all_devices)
+        detail = (f"as a reduce_scatter on dim {dim} then an all_gather that "
+                  f"{len(dots)} dot(s) read (overlap-all-gather-matmul makes it their "
+                  f"ring; its operand is not a dot's result, so the reduce half stays "
+                  f"whole): {result_type} over groups of {ring.size}")
+        return Match(detail, result_type, ring, shape,
+                     lambda bidirectional: RingPlan(GATHER, ring.size, bidirectional),
+                     loops=0, build=GatherSide(reduce, dim, block),
+                     dots=[dot.location for dot in dots])
+
+    def emit(self, match, plan, ring, rewriter, scan) -> None:
+        if not isinstance(match.build, GatherSide):
+            return super().emit(match, plan, ring, rewriter, scan)
+        s = match.build
+        with ir.InsertionPoint(s.reduce), s.reduce.location:
+            scattered = b.reduce_scatter_like(s.reduce, s.reduce.operands[0], s.dim,
+                                              s.block, scan)
+            result = b.all_gather_like(s.reduce, scattered, s.dim,
+                                       s.reduce.results[0].type, scan)
+        rewriter.replace_op(s.reduce, [result])
+
     def estimate(self, shape: SiteShape, profile: cost.Hardware) -> cost.Estimate:
         """The ring's estimate with the all_gather that follows it added after, and to
-        the original's all_reduce where the model priced only its reduce half."""
+        the original's all_reduce where the model priced only its reduce half. For the
+        gather side (a gather ring's shape): the gather ring's estimate with the
+        reduce_scatter before it added to both."""
+        if shape.plan.kind == GATHER:
+            ring = cost.estimate(shape, profile)
+            scatter = profile.collective_us(shape.block_bytes, shape.group_size)
+            return dataclasses.replace(ring, before_us=ring.before_us + scatter,
+                                       after_us=ring.after_us + scatter)
         ring = cost.estimate(shape, profile)
         gather = profile.collective_us(shape.block_bytes, shape.group_size)
         priced_whole = shape.spans_all_devices and profile.all_reduce_whole_scatter
@@ -111,6 +180,15 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
         """The all_gather of this device's block over the all_reduce's groups."""
         return b.all_gather_like(site.scatter, block, site.scatter_dim,
                                  site.scatter.results[0].type, scan)
+
+
+@dataclass(frozen=True)
+class GatherSide:
+    """An all_reduce split so that its all_gather half reaches the dots that read it."""
+
+    reduce: ir.Operation
+    dim: int                           # scattered, then gathered
+    block: ir.RankedTensorType         # this device's share
 
 
 def _rank(op: ir.Operation) -> int:

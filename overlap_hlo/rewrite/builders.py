@@ -307,6 +307,27 @@ def all_gather_like(collective: ir.Operation, value: ir.Value, dim: int,
         use_global_device_ids="use_global_device_ids" in attrs or None).results[0]
 
 
+def reduce_scatter_like(collective: ir.Operation, value: ir.Value, dim: int,
+                        result_type: ir.Type, scan) -> ir.Value:
+    """A reduce_scatter (add) of `value` along `dim` over `collective`'s groups and kind
+    of ids, on a fresh channel (from `scan`) when `collective` has one."""
+    attrs = collective.attributes
+    new = {"scatter_dimension": ir.IntegerAttr.get(i64_type(), dim),
+           "replica_groups": attrs["replica_groups"]}
+    if "channel_handle" in attrs:
+        kind = stablehlo.ChannelHandle(attrs["channel_handle"]).channel_type
+        new["channel_handle"] = stablehlo.ChannelHandle.get(scan.new_channel(), kind)
+    if "use_global_device_ids" in attrs:
+        new["use_global_device_ids"] = ir.UnitAttr.get()
+    op = ir.Operation.create("stablehlo.reduce_scatter", results=[result_type],
+                             operands=[value], attributes=new, regions=1)
+    scalar = ir.RankedTensorType.get([], result_type.element_type)
+    body = op.regions[0].blocks.append(scalar, scalar)
+    with ir.InsertionPoint(body):
+        stablehlo.ReturnOp([stablehlo.AddOp(*body.arguments).result])
+    return op.result
+
+
 def barrier(values: Sequence[ir.Value]) -> list[ir.Value]:
     """`values` through one `optimization_barrier`: the compiler cannot fuse what
     produces them with what reads them."""

@@ -69,6 +69,46 @@ def test_an_all_reduce_without_a_dot_is_not_a_site():
     assert sites == [] and counts["stablehlo.all_reduce"] == 1
 
 
+@pytest.mark.parametrize("dims", ["free", "free-and-contracting"])
+def test_an_all_reduce_that_dots_read_becomes_their_gather_ring(dims):
+    """psum of something other than a dot, read only by dots (a cotangent's psum): a
+    reduce_scatter, then an all_gather that overlap-all-gather-matmul makes the dots'
+    ring (one that sums where a dot contracts the dim)."""
+    if dims == "free":
+        fn = lambda x, w: PSUM(x * x, "x") @ w    # noqa: E731
+        outs = P()
+    else:
+        def fn(x, w):
+            g = PSUM(x * x, "x")
+            return g @ w, g.T @ x
+        outs = (P(), P())
+    program = Program(fn, (8,), ("x",), [((64, 32), P()), ((32, 16), P())], outs)
+    check(program, rewritten=2, left=Counter({
+        "stablehlo.all_reduce": 0, "stablehlo.reduce_scatter": 1, "stablehlo.all_gather": 0}))
+
+
+def test_an_all_reduce_read_by_more_than_dots_is_left_with_a_remark():
+    def fn(x, w):
+        g = PSUM(x * x, "x")
+        return g @ w, g + x
+    (site,), counts = _sites(fn, [((64, 32), P()), ((32, 16), P())], (P(), P()))
+    assert not site.applied and site.kind == "operand not a dot's result"
+    assert counts["stablehlo.all_reduce"] >= 1 and counts["stablehlo.reduce_scatter"] == 0
+
+
+def test_no_split_into_a_summing_ring_in_the_tpu_forms():
+    def fn(x, w):
+        g = PSUM(x * x, "x")
+        return g @ w, g.T @ x
+    program = Program(fn, (8,), ("x",), [((64, 32), P()), ((32, 16), P())], (P(), P()))
+    text = program.jitted().lower(*program.args()).as_text()
+    sites = overlap_hlo.remarks(text, threshold_mib=0, target="tpu")
+    (site,) = [s for s in sites if s.pattern == "overlap-matmul-all-reduce"]
+    assert not site.applied and site.kind == "operand not a dot's result"
+    sites = overlap_hlo.remarks(text, threshold_mib=0, target="tpu", tpu_summing_rings=True)
+    assert all(s.applied for s in sites)
+
+
 def test_all_reduce_inside_a_scan_body():
     """A row-parallel matmul and its psum inside a scanned layer stack (each layer keeps
     its own slice of the sum): the ring and its all_gather are built inside the loop
