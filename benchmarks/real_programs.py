@@ -250,15 +250,18 @@ class Collective:
 
 
 def _producers(value: ir.Value) -> list[ir.Value]:
-    """What `value` is computed from, one step up: a PASSING op's operands, or for a
-    loop's result the value its body returns (the loop's last round)."""
+    """What `value` is computed from, one step up: a PASSING op's operands, the value an
+    optimization_barrier passes on, or for a loop's result the value its body returns
+    (the loop's last round)."""
     op = defining_op(value)
     if op is None:
         return []
     if op.name in PASSING:
         return list(op.operands)
+    index = list(op.results).index(value)
+    if op.name == "stablehlo.optimization_barrier":
+        return [op.operands[index]]
     if op.name == "stablehlo.while":
-        index = list(op.results).index(value)
         terminator = list(op.regions[1].blocks[0].operations)[-1]
         return [terminator.operands[index]]
     return []
@@ -273,7 +276,9 @@ def _nearby(value: ir.Value, forward: bool, depth: int = DEPTH) -> bool:
             ops = [as_op(use.owner) for v in frontier for use in v.uses]
             if any(op.name in DOTS for op in ops):
                 return True
-            frontier = [r for op in ops if op.name in PASSING for r in op.results]
+            frontier = [r for op in ops if op.name in PASSING for r in op.results] + [
+                use.owner.results[use.operand_number] for v in frontier for use in v.uses
+                if as_op(use.owner).name == "stablehlo.optimization_barrier"]
         else:
             if any((op := defining_op(v)) is not None and op.name in DOTS for v in frontier):
                 return True
