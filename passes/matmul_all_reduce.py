@@ -115,7 +115,8 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
             if result_type.shape[dim] % ring.size:
                 continue
             uses, _ = users_through_views(reduce.results[0], dim)
-            if uses and all(use.user.name in DOTS for use in uses):
+            if uses and all(use.user.name in DOTS for use in uses) and \
+                    len({hash(use.user) for use in uses}) == len(uses):   # one use a dot
                 kinds[dim] = {DotDims.of(use.user).classify(
                     list(use.user.operands).index(use.value), use.dim)[0] for use in uses}
         dims = [d for d, k in kinds.items() if k == {"free"}]

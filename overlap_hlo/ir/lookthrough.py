@@ -30,7 +30,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.ir.dominance import callee
-from overlap_hlo.ir.ops import as_op
+from overlap_hlo.ir.ops import ELEMENTWISE, as_op
 
 TRANSPARENT = frozenset({"sdy.sharding_constraint"})
 
@@ -234,8 +234,6 @@ def dot_across_regions(root: ir.Value, limit: int = 256) -> str | None:
 def dots_reading(root: ir.Value, limit: int = 64) -> list[ir.Operation]:
     """The dots that read `root` through PASSING and elementwise ops (in one region),
     within `limit` values: what a collective's result feeds."""
-    from overlap_hlo.ir.ops import ELEMENTWISE
-
     dots, frontier, seen = [], [root], 0
     while frontier and seen < limit:
         value = frontier.pop()

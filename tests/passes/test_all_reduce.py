@@ -87,10 +87,18 @@ def test_an_all_reduce_that_dots_read_becomes_their_gather_ring(dims):
         "stablehlo.all_reduce": 0, "stablehlo.reduce_scatter": 1, "stablehlo.all_gather": 0}))
 
 
-def test_an_all_reduce_read_by_more_than_dots_is_left_with_a_remark():
-    def fn(x, w):
-        g = PSUM(x * x, "x")
-        return g @ w, g + x
+def _read_by_an_add(x, w):
+    g = PSUM(x * x, "x")
+    return g @ w, g + x
+
+
+def _read_twice_by_one_dot(x, w):
+    g = PSUM(x * x, "x")
+    return g @ g.T, w
+
+
+@pytest.mark.parametrize("fn", [_read_by_an_add, _read_twice_by_one_dot])
+def test_an_all_reduce_read_by_more_than_dots_is_left_with_a_remark(fn):
     (site,), counts = _sites(fn, [((64, 32), P()), ((32, 16), P())], (P(), P()))
     assert not site.applied and site.kind == "operand not a dot's result"
     assert counts["stablehlo.all_reduce"] >= 1 and counts["stablehlo.reduce_scatter"] == 0
