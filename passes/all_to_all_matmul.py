@@ -12,15 +12,20 @@ shift differs in every step, so there is no loop).
 
 - The dot reads the exchanged tensor, c a free dim of it: each received chunk is
   multiplied at once, into block (p - k) of the dot's result; the dot of one step runs
-  while the next step's chunk travels. When c is a contracting dim (Ulysses' values,
-  contracted over the sequence), the chunk is multiplied by block (p - k) of the other
-  operand along the paired dim and the products are summed (on TPU only with
-  tpu-summing-rings, as for a gather ring that sums).
+  while the next step's chunk travels. When c is a contracting dim, the chunk is
+  multiplied by block (p - k) of the other operand along the paired dim and the
+  products are summed (on TPU only with tpu-summing-rings, as for a gather ring that
+  sums.
 - The exchanged tensor is a dot's result (read by nothing else): chunk (p + k) of the
   product is computed (the operand, or both for a batch dim, that makes dim s sliced)
   and sent; the next chunk's dot runs while it travels. This side is also taken when
   the exchange feeds a dot the first side cannot (the MoE combine: the expert matmul's
   output exchanged, then contracted over the experts).
+
+A form that would cut a tensor more than STRIDED_LIMIT (4) times the exchanged one into
+strided blocks (larger dims before the cut dim: XLA copies every block) is left
+unchanged with a remark: Ulysses' attention scores and probabilities (XLA's GPU compile
+at 8192 tokens: 0.16-0.39x the original).
 
 On the producer side the dot may sit behind views that keep the split dim whole
 (convert, transpose, reshape: Ulysses' attention output, exchanged back). Left
@@ -154,12 +159,14 @@ class OverlapAllToAllMatmul(RewritePass):
         operand = 0 if dot.operands[0] == exchange.results[0] else 1
         kind, result_dim, paired = DotDims.of(dot).classify(operand, concat)
         if kind == "contracting":     # each chunk's product is a partial sum of the result
+            _require_blocks(exchange, dot.operands[1 - operand].type, paired, "the other operand")
             return ExchangeSite(exchange, dot, split, concat, -1,
                                 ((operand, concat), (1 - operand, paired)), before=False)
         if kind != "free":
             raise Unsupported(f"its concat dim is a {kind} dim of the dot (a free dim is "
                               "split into chunk dots, a contracting one into partial "
                               "sums)", kind="concat dim not free")
+        _require_blocks(exchange, dot.results[0].type, result_dim, "the dot's result")
         return ExchangeSite(exchange, dot, split, concat, result_dim, ((operand, concat),),
                             before=False)
 
@@ -171,6 +178,8 @@ class OverlapAllToAllMatmul(RewritePass):
             raise Unsupported("the dot's result has readers other than the all_to_all")
         dot_dim = split if dot_dim is None else dot_dim
         sources = tuple(DotDims.of(dot).result_source(dot_dim))
+        for operand, dim in sources:
+            _require_blocks(exchange, dot.operands[operand].type, dim, f"operand {operand}")
         return ExchangeSite(exchange, dot, split, concat, dot_dim, sources, before=True,
                             views=tuple(views))
 
@@ -276,6 +285,26 @@ class ExchangeSite:
             return (f"multiplied chunk by chunk, the products summed (contracting dim of "
                     f"operand {operand})")
         return f"multiplied chunk by chunk (free dim of operand {operand})"
+
+
+# A chunk form reads or writes another tensor in blocks along one dim. Where larger dims
+# come before that dim the blocks are strided, and XLA copies each one (its GPU compile
+# of Ulysses attention at 8192 tokens: 0.16-0.39x the original). Accepted while that
+# tensor is at most this many times the exchanged one (an MoE layer's: the FFN width
+# over the model width).
+STRIDED_LIMIT = 4
+
+
+def _require_blocks(exchange, tensor: ir.RankedTensorType, dim: int, what: str) -> None:
+    """Unsupported when `tensor` (`what`) would be cut into strided blocks along `dim`
+    and is more than STRIDED_LIMIT times the exchanged tensor."""
+    strided = any(size != 1 for size in tensor.shape[:dim])
+    ratio = tensor_bytes(tensor) / tensor_bytes(exchange.operands[0].type)
+    if strided and ratio > STRIDED_LIMIT:
+        raise Unsupported(
+            f"{what} ({tensor}, {ratio:.0f}x the exchanged tensor) would be cut into "
+            f"strided blocks along dim {dim}, one copy per step (attention-sized: "
+            f"0.16-0.39x on GPU in XLA's schedule)", kind="strided blocks")
 
 
 def _plan(n: int) -> RingPlan:

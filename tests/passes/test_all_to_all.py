@@ -114,6 +114,17 @@ def test_a_summing_exchange_on_tpu_needs_tpu_summing_rings():
     assert site.applied and "the products summed" in site.detail
 
 
+def test_attention_scores_are_left_unchanged_with_a_remark():
+    """Ulysses' queries exchanged, then the score dot: its result [heads, q, k] would be
+    written in strided blocks along q, 16x the exchanged tensor: one copy per step."""
+    site, module = _site(lambda q, k: jnp.einsum("qhd,khd->hqk", A2A(q, "x", 1, 0, tiled=True),
+                                                 k),
+                         [((64, 16, 4), P("x")), ((64, 2, 4), P())], P(None, None, None))
+    assert not site.applied and site.kind == "strided blocks"
+    assert "16x the exchanged tensor" in site.reason
+    assert op_counts(module)["stablehlo.all_to_all"] == 1
+
+
 def test_a_batch_concat_dim_is_left_unchanged_with_a_remark():
     site, module = _site(lambda x, w: jnp.einsum("ecm,emh->ech", A2A(x, "x", 1, 0, tiled=True),
                                                  w),
