@@ -15,23 +15,20 @@ shift differs in every step, so there is no loop).
   while the next step's chunk travels. When c is a contracting dim, the chunk is
   multiplied by block (p - k) of the other operand along the paired dim and the
   products are summed (on TPU only with tpu-summing-rings, as for a gather ring that
-  sums.
-- The exchanged tensor is a dot's result (read by nothing else): chunk (p + k) of the
-  product is computed (the operand, or both for a batch dim, that makes dim s sliced)
-  and sent; the next chunk's dot runs while it travels. This side is also taken when
-  the exchange feeds a dot the first side cannot (the MoE combine: the expert matmul's
-  output exchanged, then contracted over the experts).
+  sums).
+- The exchanged tensor is a dot's result (read by nothing else), possibly through
+  views that keep the split dim whole (convert, transpose, reshape): chunk (p + k) of
+  the product is computed (the operand, or both for a batch dim, that makes dim s
+  sliced), viewed and sent; the next chunk's dot runs while it travels. This side is
+  also taken when the exchange feeds a dot that the first side cannot split (the MoE
+  combine: the expert matmul's output exchanged, then contracted over the experts).
 
-A form that would cut a tensor more than STRIDED_LIMIT (4) times the exchanged one into
-strided blocks (larger dims before the cut dim: XLA copies every block) is left
-unchanged with a remark: Ulysses' attention scores and probabilities (XLA's GPU compile
-at 8192 tokens: 0.16-0.39x the original).
-
-On the producer side the dot may sit behind views that keep the split dim whole
-(convert, transpose, reshape: Ulysses' attention output, exchanged back). Left
-unchanged, with a remark: an all_to_all whose result has readers other than one dot,
-or whose concat dim is a batch dim of it; a dot reached through views on the consumer
-side; a sum of dots; variadic all_to_alls.
+Left unchanged, with a remark: an all_to_all whose result has readers other than one
+dot, or whose concat dim is a batch dim of it; a reading dot reached through views; a
+sum of dots; variadic all_to_alls; and a form that would cut a tensor more than
+STRIDED_LIMIT (4) times the exchanged one into strided blocks (larger dims before the
+cut dim: XLA copies every block), such as Ulysses' attention scores and probabilities
+(XLA's GPU compile at 8192 tokens: 0.16-0.39x the original).
 
 Example:
   overlap-opt --pass-pipeline='builtin.module(overlap-all-to-all-matmul{threshold-mib=0})' in.mlir
