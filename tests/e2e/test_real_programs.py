@@ -13,7 +13,7 @@ OPTION_SETS = {"defaults": {}, "bidirectional, unroll=2": {"bidirectional": True
 # Programs whose collectives beside matmuls all go (a split all_reduce's exposed half
 # aside), under both option sets.
 ALL_GONE = {"sequence-parallel-mlp", "scanned-layers-grad", "fsdp-grad", "moe", "int8-mlp",
-            "megatron-mlp", "megatron-mlp-grad", "gptj-block", "dp-gradient-mean"}
+            "megatron-mlp", "gptj-block"}
 
 
 def _line_col(text: str) -> tuple[int, int]:
