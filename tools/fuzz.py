@@ -17,8 +17,8 @@ A few cases come from other generators: dims beyond int32 (checked on the IR),
 reduce_scatters that sum in a wider type than their operand (hand-written modules,
 checked against numpy), sequences of calls through overlap() with Python and JAX
 scalars, static arguments and precision contexts (checked against jax.jit), and
-all_to_alls beside a dot (EXCHANGES: MoE dispatch and combine, Ulysses) on random
-meshes, axes, sizes and types, and tensor-parallel blocks (BlockCase: psums after
+all_to_alls beside a dot (EXCHANGES: MoE dispatch and combine, Ulysses, partial sums,
+a transposed product) on random meshes, axes, sizes and types, and tensor-parallel blocks (BlockCase: psums after
 row-parallel matmuls, residual adds and norms between them, in a scan or not, the
 batch split over another mesh axis or not).
 
@@ -674,6 +674,12 @@ EXCHANGES = {
                 lambda g, a, b, c, d: ((g * a, g * b, c), (g * b, c, d)), (0, 0), (1,)),
     "combine": ("eck,ekm->ecm", "out", 1, 0,
                 lambda g, a, b, c, d: ((g * a, g * b, c), (g * a, c, d)), (0, 0), (1,)),
+    # the concat dim contracted (partial sums of chunk products)
+    "values": ("ekc,kd->ecd", "in", 0, 1,
+               lambda g, a, b, c, d: ((g * a, b, c), (g * b, d)), (None, None), (0,)),
+    # the dot's result transposed, then exchanged (Ulysses' attention output)
+    "attention-out": ("hqd,de->qhe", "out", 0, 1,
+                      lambda g, a, b, c, d: ((b, g * a, c), (c, d)), (None, None), (0,)),
 }
 
 
