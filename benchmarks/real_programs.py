@@ -43,10 +43,9 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 from jaxlib.mlir import ir  # noqa: E402
 
 import overlap_hlo  # noqa: E402
-from overlap_hlo.ir import compat  # noqa: E402
 from overlap_hlo.ir.dots import tensor_bytes  # noqa: E402
 from overlap_hlo.ir.ops import ELEMENTWISE, as_op, defining_op  # noqa: E402
-from overlap_hlo.targets.cpu import poison_buffers  # noqa: E402
+from overlap_hlo.targets.cpu import rewrite_runnable  # noqa: E402
 
 OPTION_SETS = {"defaults": {},
                "bidirectional, unroll=2": {"bidirectional": True, "unroll": 2},
@@ -337,15 +336,13 @@ def run(program: Program, options: dict) -> Outcome:
     jitted, mesh = program.jitted()
     args = program.args(mesh)
     lowered = jitted.lower(*args)
-    module = overlap_hlo.parse(lowered.as_text())
-    before = beside_matmuls(module)
+    before = beside_matmuls(overlap_hlo.parse(lowered.as_text()))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", overlap_hlo.SitesLeftUnchanged)
-        sites = overlap_hlo.rewrite_module(module, **options)
-    poison_buffers(module)                 # the TPU and GPU forms' uninitialised buffers
+        sites, module, rewritten = rewrite_runnable(lowered, **options)
     after = beside_matmuls(module)
     want = jax.tree.leaves(jitted(*args))
-    got = jax.tree.leaves(compat.replace_lowered_module(lowered, module).compile()(*args))
+    got = jax.tree.leaves(rewritten.compile()(*args))
     error = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
                 / max(1.0, float(np.max(np.abs(np.asarray(a))))) for a, b in zip(want, got))
     return Outcome(before, after, sum(s.applied for s in sites), error,

@@ -92,8 +92,6 @@ class OverlapAllToAllMatmul(RewritePass):
         if dots:
             site = self._reading_side(exchange, dots[0], readers, split, concat,
                                       source if from_dot else None)
-        elif from_dot:
-            site = self._producer(exchange, source, split, concat)
         elif viewed[0] is not None and viewed[0].name == "stablehlo.dot_general":
             site = self._producer(exchange, viewed[0], split, concat, viewed[1], viewed[2])
         elif summed_dots(viewed[0])[0]:

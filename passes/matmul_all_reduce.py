@@ -11,16 +11,16 @@ the group size and that the ring can slice (a free or batch dim of the dots).
 The cost model prices the site as the all_reduce (or the two halves it is made of)
 and the dot before, and the ring plus the all_gather after.
 
-An all_reduce (add) whose operand is not a dot's result but whose result only dots read
-(the cotangent's psum in a backward pass written with `check_vma=False`) becomes a
-reduce_scatter, then an all_gather that the dots read: overlap-all-gather-matmul turns
-that into their ring, so the gather half overlaps them (the reduce half has no dot to
-overlap and stays whole). The dim is one every dot reads as a free dim; where there is
-none (a backward's weight gradient contracts the dim its input gradient keeps) or
-other ops read it too (an embedding's psum before a norm), it is left unchanged with
-a remark. Not done either: all_reduces of more than one
-operand (left with a remark). overlap-sequence-parallel moves the ops after the
-all_gather onto the shard.
+An all_reduce (add) whose operand is not a dot's result but whose result only dots read,
+each along a free dim (a vocabulary-parallel embedding's psum into a projection),
+becomes a reduce_scatter, then an all_gather that the dots read:
+overlap-all-gather-matmul turns that into their ring, so the gather half overlaps them
+(the reduce half has no dot to overlap and stays whole). Where no dim is free in every
+dot (a backward's cotangent psum: the weight gradient contracts the dim the input
+gradient keeps) or other ops read it too (an embedding's psum before a norm), it is left
+unchanged with a remark. Not done either: all_reduces of more than one operand (left
+with a remark). overlap-sequence-parallel moves the ops after the all_gather onto the
+shard.
 
 Example:
   overlap-opt --pass-pipeline='builtin.module(overlap-matmul-all-reduce{threshold-mib=0})' in.mlir
@@ -101,9 +101,9 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
                           kind="no divisible dim")
 
     def match_gather_side(self, reduce: ir.Operation, scan) -> Match:
-        """An all_reduce whose result only dots read (a cotangent's psum in a backward
-        pass): a reduce_scatter, then an all_gather that the dots read, which
-        overlap-all-gather-matmul makes their ring. The dim: the first divisible one
+        """An all_reduce whose result only dots read (a vocabulary-parallel embedding's
+        psum into a projection): a reduce_scatter, then an all_gather that the dots
+        read, which overlap-all-gather-matmul makes their ring. The dim: the first divisible one
         that every dot reads as a free dim (a ring that sums over a contracting one
         reads and writes its sum every round: a Megatron MLP's backward at 70B dims,
         split on the contracting dim of the weight gradient, compiled 0.62x on
@@ -113,17 +113,17 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
         result_type = reduce.results[0].type
         require_supported_types(result_type)
         ring = Ring.from_collective(reduce, scan)
-        kinds = {}
+        read = {}    # dim -> its uses, where each is one dot's only use, along a free dim
         for dim in range(_rank(reduce)):
             if result_type.shape[dim] % ring.size:
                 continue
             uses, _ = users_through_views(reduce.results[0], dim)
             if uses and all(use.user.name in DOTS for use in uses) and \
-                    len({hash(use.user) for use in uses}) == len(uses):   # one use a dot
-                kinds[dim] = {DotDims.of(use.user).classify(
-                    list(use.user.operands).index(use.value), use.dim)[0] for use in uses}
-        dims = [d for d, k in kinds.items() if k == {"free"}]
-        if not dims:
+                    len({hash(use.user) for use in uses}) == len(uses) and \
+                    all(DotDims.of(use.user).classify(list(use.user.operands).index(
+                        use.value), use.dim)[0] == "free" for use in uses):
+                read[dim] = uses
+        if not read:
             raise Unsupported(
                 "its operand is not a dot's result (the reduce half has no dot to overlap), "
                 "and no dim of its result is divisible by the group size and read only by "
@@ -131,12 +131,11 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
                 "a ring that sums over a contracting dim made a backward step's split "
                 "0.62x on h100:8)",
                 kind="operand not a dot's result")
-        dim = dims[0]
-        uses, _ = users_through_views(reduce.results[0], dim)
-        dots = list({hash(use.user): use.user for use in uses}.values())
+        dim, uses = next(iter(read.items()))
+        dots = [use.user for use in uses]
         block = b.with_dim(result_type, dim, result_type.shape[dim] // ring.size)
-        traffics = [traffic(dot, {list(dot.operands).index(use.value)})
-                    for use in uses for dot in [use.user]]
+        traffics = [traffic(use.user, {list(use.user.operands).index(use.value)})
+                    for use in uses]
         shape = SiteShape(ring.size, sum(flops(dot) for dot in dots),
                           cost.element_name(result_type.element_type), tensor_bytes(block),
                           RingPlan(GATHER, ring.size), whole_bytes=sum(w for w, _ in traffics),

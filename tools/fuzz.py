@@ -583,8 +583,7 @@ def _run(case: Case) -> tuple[str, str]:
     import numpy as np
 
     import overlap_hlo
-    from overlap_hlo.ir import compat
-    from overlap_hlo.targets.cpu import poison_buffers
+    from overlap_hlo.targets.cpu import rewrite_runnable
 
     try:
         jitted, inputs = build(case)
@@ -601,13 +600,10 @@ def _run(case: Case) -> tuple[str, str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # sites left unchanged are counted below
-            sites = overlap_hlo.remarks(lowered.as_text(), **options)
             if case.target:   # buffers left uninitialised there: NaN here
-                module = overlap_hlo.parse(lowered.as_text())
-                overlap_hlo.rewrite_module(module, **options)
-                poison_buffers(module)
-                rewritten = compat.replace_lowered_module(lowered, module)
+                sites, _, rewritten = rewrite_runnable(lowered, **options)
             else:
+                sites = overlap_hlo.remarks(lowered.as_text(), **options)
                 rewritten = overlap_hlo.rewrite_lowered(lowered, **options)
         got = _leaves(rewritten.compile()(*inputs))
     except Exception:

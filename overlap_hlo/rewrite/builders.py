@@ -293,34 +293,30 @@ def collective_permute(value: ir.Value, pairs: Sequence[tuple[int, int]],
     return stablehlo.collective_permute(value, pairs_attr, channel_handle=handle)
 
 
-def all_gather_like(collective: ir.Operation, value: ir.Value, dim: int,
-                    result_type: ir.Type, scan) -> ir.Value:
-    """An all_gather of `value` along `dim` over `collective`'s groups and kind of ids,
-    on a fresh channel (from `scan`, the ModuleScan) when `collective` has one."""
+def _like(collective: ir.Operation, scan) -> dict:
+    """`collective`'s groups and kind of ids, and a fresh channel (from `scan`, the
+    ModuleScan) when it has one: the keywords of a new collective over its groups."""
     attrs = collective.attributes
     handle = None
     if "channel_handle" in attrs:
         kind = stablehlo.ChannelHandle(attrs["channel_handle"]).channel_type
         handle = stablehlo.ChannelHandle.get(scan.new_channel(), kind)
-    return stablehlo.AllGatherOp(
-        [result_type], [value], dim, attrs["replica_groups"], channel_handle=handle,
-        use_global_device_ids="use_global_device_ids" in attrs or None).results[0]
+    return dict(replica_groups=attrs["replica_groups"], channel_handle=handle,
+                use_global_device_ids="use_global_device_ids" in attrs or None)
+
+
+def all_gather_like(collective: ir.Operation, value: ir.Value, dim: int,
+                    result_type: ir.Type, scan) -> ir.Value:
+    """An all_gather of `value` along `dim` over `collective`'s groups (`_like`)."""
+    return stablehlo.AllGatherOp([result_type], [value], dim,
+                                 **_like(collective, scan)).results[0]
 
 
 def reduce_scatter_like(collective: ir.Operation, value: ir.Value, dim: int,
                         result_type: ir.Type, scan) -> ir.Value:
-    """A reduce_scatter (add) of `value` along `dim` over `collective`'s groups and kind
-    of ids, on a fresh channel (from `scan`) when `collective` has one."""
-    attrs = collective.attributes
-    new = {"scatter_dimension": ir.IntegerAttr.get(i64_type(), dim),
-           "replica_groups": attrs["replica_groups"]}
-    if "channel_handle" in attrs:
-        kind = stablehlo.ChannelHandle(attrs["channel_handle"]).channel_type
-        new["channel_handle"] = stablehlo.ChannelHandle.get(scan.new_channel(), kind)
-    if "use_global_device_ids" in attrs:
-        new["use_global_device_ids"] = ir.UnitAttr.get()
-    op = ir.Operation.create("stablehlo.reduce_scatter", results=[result_type],
-                             operands=[value], attributes=new, regions=1)
+    """A reduce_scatter (add) of `value` along `dim` over `collective`'s groups
+    (`_like`)."""
+    op = stablehlo.ReduceScatterOp(result_type, value, dim, **_like(collective, scan))
     scalar = ir.RankedTensorType.get([], result_type.element_type)
     body = op.regions[0].blocks.append(scalar, scalar)
     with ir.InsertionPoint(body):

@@ -3,7 +3,7 @@
 `run_per_device` runs a hand-written module whose arguments and results are each
 device's own (`{mhlo.sharding = "{manual}"}`), before and after a rewrite; it needs
 `--xla_force_host_platform_device_count` devices. `poison_buffers` makes the TPU and GPU
-forms runnable here.
+forms runnable here; `rewrite_runnable` rewrites a lowering into them.
 """
 from __future__ import annotations
 
@@ -36,6 +36,19 @@ def poison_buffers(module: ir.Module) -> int:
         op.results[0].replace_all_uses_with(poison)
         op.erase()
     return len(found)
+
+
+def rewrite_runnable(lowered, **options) -> tuple[list, ir.Module, object]:
+    """`lowered` (a jax.stages.Lowered) rewritten with pass `options` into a module this
+    backend runs (the TPU and GPU forms' buffers poisoned): (sites, module, a Lowered
+    that compiles it)."""
+    import overlap_hlo
+    from overlap_hlo.ir import compat
+
+    module = overlap_hlo.parse(lowered.as_text())
+    sites = overlap_hlo.rewrite_module(module, **options)
+    poison_buffers(module)
+    return sites, module, compat.replace_lowered_module(lowered, module)
 
 
 def run_per_device(text: str, replicas: int, partitions: int,
