@@ -165,13 +165,14 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
         """The ring's estimate with the all_gather that follows it added after, and to
         the original's all_reduce where the model priced only its reduce half. For the
         gather side (a gather ring's shape): the gather ring's estimate with the
-        reduce_scatter before it added to both."""
-        if shape.plan.kind == GATHER:
-            ring = cost.estimate(shape, profile)
-            scatter = profile.collective_us(shape.block_bytes, shape.group_size)
-            return dataclasses.replace(ring, before_us=ring.before_us + scatter,
-                                       after_us=ring.after_us + scatter)
+        reduce_scatter before it added to both, after the rewrite as the all-reduce the
+        compiler makes of a reduce-scatter over every device where it does."""
         ring = cost.estimate(shape, profile)
+        if shape.plan.kind == GATHER:
+            scatter = profile.collective_us(shape.block_bytes, shape.group_size)
+            whole = shape.spans_all_devices and profile.all_reduce_whole_scatter
+            return dataclasses.replace(ring, before_us=ring.before_us + scatter,
+                                       after_us=ring.after_us + scatter * (2 if whole else 1))
         gather = profile.collective_us(shape.block_bytes, shape.group_size)
         priced_whole = shape.spans_all_devices and profile.all_reduce_whole_scatter
         return dataclasses.replace(ring, after_us=ring.after_us + gather,

@@ -8,6 +8,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
+from overlap_hlo.plan import cost
 from harness import Program, check, op_counts
 
 PSUM = jax.lax.psum
@@ -80,6 +81,22 @@ def test_an_all_reduce_that_dots_read_becomes_their_gather_ring(dots):
     program = Program(fn, (8,), ("x",), [((64, 32), P()), ((32, 16), P())], (P(),) * dots)
     check(program, rewritten=2, left=Counter({
         "stablehlo.all_reduce": 0, "stablehlo.reduce_scatter": 1, "stablehlo.all_gather": 0}))
+
+
+@pytest.mark.parametrize("profile", ["tpu-v5p", "tpu-v5e"])
+def test_the_gather_side_prices_the_scatter_as_the_compiler_runs_it(profile):
+    """After the split, a reduce_scatter over every device: on v4 and v5p the TPU
+    compiler makes it an all-reduce, so it is priced twice there."""
+    program = Program(lambda x, w: PSUM(x * x, "x") @ w, (8,), ("x",),
+                      [((64, 32), P()), ((32, 16), P())], P())
+    text = program.jitted().lower(*program.args()).as_text()
+    (site, _) = overlap_hlo.remarks(text, threshold_mib=0, hardware=profile)
+    e, hw = site.estimate, cost.hardware(profile)
+    ring = cost.estimate(e.shape, hw)
+    scatter = hw.collective_us(e.shape.block_bytes, 8)
+    assert e.before_us == pytest.approx(ring.before_us + scatter)
+    twice = profile == "tpu-v5p"
+    assert e.after_us == pytest.approx(ring.after_us + scatter * (2 if twice else 1))
 
 
 def _read_by_an_add(x, w):
