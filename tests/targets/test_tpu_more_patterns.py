@@ -41,6 +41,21 @@ def combine(h, w):
     return jax.lax.all_to_all(jnp.einsum("ech,ehm->ecm", h, w), "x", 1, 0, tiled=True)
 
 
+def embedding(x, w):
+    """psum of something other than a dot, read by a dot along a free dim."""
+    return jax.lax.psum(x * x, "x") @ w
+
+
+def values(x, w):
+    """An exchange whose concat dim the dot contracts: partial sums."""
+    return jax.lax.all_to_all(x, "x", 0, 1, tiled=True) @ w
+
+
+def attention_out(h, w):
+    """A dot's result transposed, then exchanged (Ulysses' attention output)."""
+    return jax.lax.all_to_all(jnp.einsum("hqd,de->qhe", h, w), "x", 0, 1, tiled=True)
+
+
 BLOCK_PERMUTES = 11   # two scatter rings of 4, the gather ring of 3 (unrolled by 2)
 LAYERS = {   # fn, [(global shape, spec)], out spec, collective left, permutes
     "megatron": (megatron, [((2048, 1024), P()), ((1024, 4096), P(None, "x")),
@@ -56,10 +71,24 @@ LAYERS = {   # fn, [(global shape, spec)], out spec, collective left, permutes
     "combine": (combine, [((64, 8 * 128, 1024), P("x")), ((64, 1024, 512), P("x"))],
                 P(None, "x"), [], 7),
 }
+# The forms added for the real programs (benchmarks/real_programs.py): fn, inputs, out
+# spec, {platform: (collectives left, permutes, permutes with no matmul beside them)}.
+# The embedding's reduce half stays a collective (the TPU compiler makes a reduce-scatter
+# over every device an all-reduce on v5p); the transposed product's last send has no
+# matmul after it with libtpu 0.0.50.1 (the own chunk's dot is fused into the result's
+# update, as for the combine; the 0.0.42.1 of jax 0.10.2 overlaps it too).
+NEW_FORMS = {
+    "embedding": (embedding, [((2048, 1024), P()), ((1024, 4096), P(None, "x"))],
+                  P(None, "x"), {"tpu": (["all-reduce"], 3, 0), "gpu": (["reduce-scatter"], 3, 0)}),
+    "values": (values, [((8 * 2048, 512), P()), ((4096, 2048), P())], P("x"),
+               {"tpu": ([], 7, 0), "gpu": ([], 7, 0)}),
+    "attention-out": (attention_out, [((4, 8 * 1024, 512), P()), ((512, 512), P())], P("x"),
+                      {"tpu": ([], 7, 1), "gpu": ([], 7, 0)}),
+}
 
 
 def lowered(name, devices):
-    fn, inputs, out_spec, *_ = LAYERS[name]
+    fn, inputs, out_spec, *_ = LAYERS[name] if name in LAYERS else NEW_FORMS[name]
     mesh = Mesh(np.array(devices), ("x",))
     args = [jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=NamedSharding(mesh, spec))
             for shape, spec in inputs]
@@ -104,3 +133,36 @@ def test_gpu_schedule(name):
         reduces = [c for c in rep.original.collectives if c.opcode == "all-reduce"]
         assert len(reduces) == (2 if name == "block" else 1) and rep.original.exposed_us > 0
     assert rep.synchronous == 0
+
+
+@pytest.mark.parametrize("platform", ["tpu", "gpu"])
+@pytest.mark.parametrize("name", sorted(NEW_FORMS))
+def test_new_forms_schedule(name, platform):
+    """Each form built (threshold 0; on TPU the partial sums with tpu-summing-rings):
+    the collective gone but for what is said above, every permute but at most the ones
+    named with a matmul between start and done, none synchronous."""
+    if platform == "tpu":
+        tgt, extra = tpu.topology("v5p:2x2x2"), {"tpu_summing_rings": True}
+    else:
+        try:
+            tgt, extra = gpu.target("h100:8"), {}
+        except gpu.GpuUnavailable as err:
+            pytest.skip(f"no GPU compiler: {err}")
+    left, permutes, bare = NEW_FORMS[name][3][platform]
+    rep = report.build(lowered(name, tgt.devices), tgt, threshold_mib=0, bidirectional=False,
+                       **extra)
+    assert rep.sites and all(row.applied for row in rep.sites)
+    assert sorted({c.opcode for c in rep.rewritten.collectives}) == left
+    assert rep.permutes == permutes and rep.synchronous == 0
+    assert permutes - bare <= rep.overlapped
+
+
+def test_the_profile_keeps_a_new_form_only_where_the_schedule_is_faster():
+    """With the slice's profile deciding, overlap-report keeps the transposed product's
+    exchange on v5p (faster in the compiled schedule) and the original of the partial
+    sums (their chunk dots are slower there)."""
+    topo = tpu.topology("v5p:2x2x2")
+    kept = report.build(lowered("attention-out", topo.devices), topo)
+    assert kept.rewritten.total_us < kept.original.total_us and kept.chosen != "the original"
+    left = report.build(lowered("values", topo.devices), topo)
+    assert left.chosen == "the original"
