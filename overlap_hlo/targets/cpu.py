@@ -11,6 +11,9 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from overlap_hlo import api
+from overlap_hlo.ir import compat
+
 
 def poison_buffers(module: ir.Module) -> int:
     """Replace every custom_call @AllocateBuffer (a buffer the TPU and GPU forms leave
@@ -42,11 +45,8 @@ def rewrite_runnable(lowered, **options) -> tuple[list, ir.Module, object]:
     """`lowered` (a jax.stages.Lowered) rewritten with pass `options` into a module this
     backend runs (the TPU and GPU forms' buffers poisoned): (sites, module, a Lowered
     that compiles it)."""
-    import overlap_hlo
-    from overlap_hlo.ir import compat
-
-    module = overlap_hlo.parse(lowered.as_text())
-    sites = overlap_hlo.rewrite_module(module, **options)
+    module = api.parse(lowered.as_text())
+    sites = api.rewrite_module(module, **options)
     poison_buffers(module)
     return sites, module, compat.replace_lowered_module(lowered, module)
 
