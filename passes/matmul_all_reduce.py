@@ -169,11 +169,13 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
         compiler makes of a reduce-scatter over every device where it does."""
         ring = cost.estimate(shape, profile)
         if shape.plan.kind == GATHER:
-            scatter = profile.collective_us(shape.block_bytes, shape.group_size)
+            scatter = profile.collective_us(shape.block_bytes, shape.group_size,
+                                            shape.collective_directions)
             whole = shape.spans_all_devices and profile.all_reduce_whole_scatter
             return dataclasses.replace(ring, before_us=ring.before_us + scatter,
                                        after_us=ring.after_us + scatter * (2 if whole else 1))
-        gather = profile.collective_us(shape.block_bytes, shape.group_size)
+        gather = profile.collective_us(shape.block_bytes, shape.group_size,
+                                       shape.collective_directions)
         priced_whole = shape.spans_all_devices and profile.all_reduce_whole_scatter
         return dataclasses.replace(ring, after_us=ring.after_us + gather,
                                    before_us=ring.before_us + (0.0 if priced_whole

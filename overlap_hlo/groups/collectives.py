@@ -94,6 +94,14 @@ class Ring:
         return max(1, max(ring_load(links, [self.member(g, p) for p in range(n)], streams)
                           for g in range(len(self.groups))))
 
+    def collective_directions(self, links: Links | None) -> int:
+        """The link directions a library collective over these groups uses at once
+        (`Links.collective_directions`, the fewest over the groups; 2 without links
+        covering the ids)."""
+        if links is None or len(links.coords) != self.num_ids:
+            return 2
+        return min(links.collective_directions(members) for members in self.groups)
+
     def in_physical_order(self, links: Links | None, streams: int = 1) -> Ring:
         """This ring visiting each group in the order `ring_order.physical_order` finds
         on `links` for a ring of `streams` streams (unchanged without links, in a

@@ -3,7 +3,7 @@
 For one site on a ring of N devices, with D the time of the site's dots whole, C_r the
 time of round r's partial dots and T_m the time of one shift of one block:
 
-    collective then dot:  ceil((N - 1) / 2) * latency + (N - 1) * T_b2 + D
+    collective then dot:  ceil((N - 1) / L) * latency + (N - 1) * T_bL + D
     decomposed:           sum over rounds r of max(C_r, T_m if a shift is in flight)
                           (a reduce_scatter ring: max(C_r, T_m + C_r / chains), as
                           each chain sends the sum its dot has just made)
@@ -17,9 +17,11 @@ is a roofline: FLOPs / (peak FLOP/s for the element type x matmul efficiency) or
 longer, the bytes it moves in device memory at MEMORY_EFFICIENCY x the datasheet
 bandwidth; each partial dot reads the weights whole, and each block's share of the
 sliced operand and result once. T_m = latency + bytes / (one-direction link bandwidth x
-link efficiency); T_b2 is a block's bytes over both directions of the links: the
-library collective is given its best case, a bidirectional ring, whose ceil((N-1)/2)
-steps each pay one latency (twice that on a chip whose compiler makes a reduce_scatter
+link efficiency); T_bL is a block's bytes over L link directions at once: the
+library collective is given its best case, L = 2 (a bidirectional ring) or, where the
+group is a whole sub-slice spanning several torus axes, the fewest links into any
+member (`Links.collective_directions`: 3 on a 2x2x2 cube), in ceil((N-1)/L) steps that
+each pay one latency (twice that on a chip whose compiler makes a reduce_scatter
 over every device an all-reduce: `Hardware.all_reduce_whole_scatter`). The step overhead of a round is a fixed time plus a time
 per MiB of the shifted block. A site is decomposed when the decomposed time beats the
 original by `margin`. Every figure is a prediction, not a measurement: peaks, links
@@ -86,12 +88,14 @@ class Hardware:
         bandwidth = self.link_gbps * 1e9 * self.link_efficiency * directions
         return self.latency_us + nbytes / bandwidth * 1e6
 
-    def collective_us(self, nbytes: float, n: int) -> float:
-        """The library collective moving `nbytes` blocks around a ring of `n`, at its
-        best: a bidirectional ring, ceil((n-1)/2) steps, n-1 blocks over both
-        directions of the links."""
-        bandwidth = self.link_gbps * 1e9 * self.link_efficiency * 2
-        return math.ceil((n - 1) / 2) * self.latency_us + (n - 1) * nbytes / bandwidth * 1e6
+    def collective_us(self, nbytes: float, n: int, directions: int = 2) -> float:
+        """The library collective moving `nbytes` blocks among `n` devices, at its
+        best: n-1 blocks into each device over `directions` link directions at once
+        (2: a bidirectional ring; more where the group spans several torus axes,
+        `Links.collective_directions`), in ceil((n-1)/directions) steps."""
+        bandwidth = self.link_gbps * 1e9 * self.link_efficiency * directions
+        return (math.ceil((n - 1) / directions) * self.latency_us
+                + (n - 1) * nbytes / bandwidth * 1e6)
 
     @classmethod
     def from_file(cls, path: str) -> Hardware:
@@ -342,6 +346,7 @@ class SiteShape:
     link_load: int = 1         # transfers sharing the busiest link in a ring step
     sum_bytes: float = 0.0     # a ring that sums its products: the sum, which every
                                # round after the first that multiplies reads and writes
+    collective_directions: int = 2  # link directions the original collective uses
 
 
 def estimate(site: SiteShape, hw: Hardware) -> Estimate:
@@ -350,7 +355,7 @@ def estimate(site: SiteShape, hw: Hardware) -> Estimate:
     n, plan = site.group_size, site.plan
     t_c = hw.matmul_us(site.flops / n, site.element_type)
     t_m = hw.shift_us(site.block_bytes * site.link_load)
-    collective = hw.collective_us(site.block_bytes, n)
+    collective = hw.collective_us(site.block_bytes, n, site.collective_directions)
     if plan.kind == SCATTER and site.spans_all_devices and hw.all_reduce_whole_scatter:
         collective *= 2     # an all-reduce: a reduce-scatter, then an all-gather
     before = collective + hw.dot_us(site.flops, site.whole_bytes + site.sliced_bytes,

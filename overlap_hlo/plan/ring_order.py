@@ -91,6 +91,35 @@ class Links:
         return cls(tuple(coords), extents, wraps)
 
 
+    def collective_directions(self, members: Sequence[int]) -> int:
+        """The link directions into each member that a library collective over
+        `members` can use at once: where the members are every chip of the sub-slice
+        spanned by the axes along which they differ, the fewest neighbours any member
+        has along those axes (a wrapped axis of 3 or more chips: 2; an axis of 2: 1;
+        a row without wraparound: 1 at its ends, 2 inside); at least 2 (the
+        bidirectional ring the model gave it before). A group of 8 on a 2x2x2 cube: 3;
+        on a 4x4x4 torus all of it: 6 (the scaling-book's k axes x both directions);
+        on 2x4: 2 (a corner has two links)."""
+        points = [self.coords[m] for m in members]
+        spanned = [axis for axis in range(len(self.extents))
+                   if len({p[axis] for p in points}) > 1]
+        full = 1
+        for axis in spanned:
+            full *= self.extents[axis]
+        if not spanned or len(set(points)) != len(points) or full != len(points):
+            return 2
+
+        def neighbours(point) -> int:
+            count = 0
+            for axis in spanned:
+                n, x = self.extents[axis], point[axis]
+                count += (1 if n == 2 else 2 if self.wraps[axis]
+                          else (x > 0) + (x < n - 1))
+            return count
+
+        return max(2, min(neighbours(p) for p in points))
+
+
 def _distance(x: int, y: int, n: int, wraps: bool) -> int:
     d = abs(x - y)
     return min(d, n - d) if wraps else d

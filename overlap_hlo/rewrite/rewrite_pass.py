@@ -165,10 +165,13 @@ class RewritePass:
 
     def planned(self, site: SiteShape, ordered: Callable[[int], object],
                 plan: RingPlan) -> SiteShape:
-        """`site` with ring plan `plan`, and the link load of that ring's step in the
-        order `ordered` (from `ring_orders`) gives it."""
-        return dataclasses.replace(site, plan=plan, link_load=ordered(plan.streams).step_load(
-            self.links, plan.streams))
+        """`site` with ring plan `plan`, the link load of that ring's step in the
+        order `ordered` (from `ring_orders`) gives it, and the link directions the
+        original collective uses."""
+        ring = ordered(plan.streams)
+        return dataclasses.replace(site, plan=plan,
+                                   link_load=ring.step_load(self.links, plan.streams),
+                                   collective_directions=ring.collective_directions(self.links))
 
     @property
     def platform(self) -> str:

@@ -10,7 +10,10 @@ the protobuf wire format, by field number (xla/service/hlo.proto, xla/xla_data.p
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
+
+import numpy as np
 
 # Bytes per element of xla.PrimitiveType values (sub-byte types rounded up).
 _ELEMENT_BYTES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 2, 11: 4,
@@ -125,9 +128,14 @@ class Instruction:
     tuple_index: int
     comparison: str                     # compare direction ("LT", ...)
     pairs: tuple[tuple[int, int], ...]  # collective-permute source_target_pairs
-    group_size: int                     # replica group size of a collective, 0 if none
+    group: tuple[int, ...]              # a collective's first replica group, () if none
     contracting: tuple[int, ...] = ()   # a dot's lhs contracting dimensions
     custom_call_target: str = ""
+
+    @property
+    def group_size(self) -> int:
+        """Members of one replica group of a collective (0 if none)."""
+        return len(self.group)
 
     def config(self) -> dict:
         """The backend config as JSON (what TPU instructions carry), {} otherwise."""
@@ -239,22 +247,66 @@ def _instruction(data: bytes, frames: dict[int, SourceLocation]) -> Instruction:
         operand_ids=tuple(_ints(f.get(36, []))), called_ids=tuple(_ints(f.get(38, []))),
         op_name=_text(meta, 2), location=location, backend_config=_one(f, 43, b""),
         literal=tuple(values), tuple_index=_one(f, 13, 0), comparison=_text(f, 63),
-        pairs=pairs, group_size=_group_size(f),
+        pairs=pairs, group=_first_group(f),
         contracting=tuple(_ints(_fields(_one(f, 30, b"")).get(1, []))),
         custom_call_target=_text(f, 28))
 
 
-def _group_size(f: dict) -> int:
-    """Members of one replica group: from replica_groups or collective_device_list."""
+MAX_IOTA_IDS = 1 << 16   # an iota group list larger than this is not expanded
+
+
+def _first_group(f: dict) -> tuple[int, ...]:
+    """The members of a collective's first replica group, from replica_groups or
+    collective_device_list (an iota list expanded: its ids reshaped, transposed and
+    split into groups); () if none."""
     groups = f.get(49, [])
     if groups:
-        return len(_ints(_fields(groups[0]).get(1, [])))
+        return tuple(_ints(_fields(groups[0]).get(1, [])))
+    if _one(f, 93):
+        return _mesh_axes_group(_fields(_one(f, 93)))
     device_list = _one(f, 87)
-    if device_list:
-        d = _fields(device_list)
-        if d.get(1):
-            return len(_ints(_fields(d[1][0]).get(1, [])))
-        iota = _one(d, 2)
-        if iota:
-            return _one(_fields(iota), 2, 0)
-    return 0
+    if not device_list:
+        return ()
+    d = _fields(device_list)
+    if d.get(1):
+        return tuple(_ints(_fields(d[1][0]).get(1, [])))
+    iota = _one(d, 2)
+    if not iota:
+        return ()
+    i = _fields(iota)
+    count, size = _one(i, 1, 0), _one(i, 2, 0)
+    dims, perm = _ints(i.get(3, [])), _ints(i.get(4, []))
+    if not 0 < count * size <= MAX_IOTA_IDS or (dims and math.prod(dims) != count * size) \
+            or sorted(perm) != list(range(len(dims))):
+        return tuple(range(size)) if 0 < size <= MAX_IOTA_IDS and count == 1 else ()
+    ids = np.arange(count * size).reshape(dims or [count * size])
+    return tuple(int(x) for x in ids.transpose(perm or None).reshape(count, size)[0])
+
+
+def _mesh_axes_group(f: dict) -> tuple[int, ...]:
+    """The first group of replica groups given as mesh axes (newer XLA: a mesh of
+    named axes, major to minor, and the indices of the axes each group runs over, as
+    `#stablehlo.replica_group_mesh_axes`); () for a form not read here (sub-axes,
+    device ids)."""
+    mesh, refs = _fields(_one(f, 1, b"")), f.get(2, [])
+    if set(mesh) - {1} or not refs:
+        return ()
+    axes = []
+    for raw in mesh.get(1, []):
+        axis = _fields(raw)
+        axes.append((_text(axis, 1), _one(axis, 2, 0)))
+    indices = []
+    for raw in refs:
+        ref = _fields(raw)
+        if set(ref) - {1}:
+            return ()
+        indices.append(_one(ref, 1, 0))
+    sizes = [size for _, size in axes]
+    if not axes or any(size < 1 for size in sizes) or math.prod(sizes) > MAX_IOTA_IDS \
+            or sorted(indices) != sorted(set(indices)) \
+            or not all(0 <= i < len(axes) for i in indices):
+        return ()
+    ids = np.arange(math.prod(sizes)).reshape(sizes)
+    rest = [i for i in range(len(axes)) if i not in indices]
+    group = ids.transpose(rest + indices).reshape(-1, math.prod(sizes[i] for i in indices))
+    return tuple(int(x) for x in group[0])

@@ -69,13 +69,22 @@ class Timing:
         load = self.links.max_link_load(pairs, alongside) if self.links and pairs else 1
         return self.hardware.shift_us(nbytes * max(load, 1))
 
-    def collective_us(self, opcode: str, in_bytes: int, out_bytes: int, n: int) -> float:
-        """A library collective over a ring of n, using both link directions (the cost
-        model's `Hardware.collective_us`; an all-reduce is a reduce-scatter then an
-        all-gather)."""
+    def collective_us(self, opcode: str, in_bytes: int, out_bytes: int, n: int,
+                      group: tuple[int, ...] = ()) -> float:
+        """A library collective among n devices, over the link directions its `group`
+        (partition ids) can use at once (the cost model's `Hardware.collective_us`
+        and `Links.collective_directions`; 2 without links or a group; an all-reduce
+        is a reduce-scatter then an all-gather)."""
         if n <= 1:
             return 0.0
-        ring = self.hardware.collective_us
+        directions = 2     # an all-to-all's blocks cross several hops: a ring's two
+        if self.links is not None and len(group) == n and "all-to-all" not in opcode and \
+                all(0 <= d < len(self.links.coords) for d in group):
+            directions = self.links.collective_directions(group)
+
+        def ring(nbytes: float, size: int) -> float:
+            return self.hardware.collective_us(nbytes, size, directions)
+
         if opcode == "all-gather":
             return ring(out_bytes / n, n)
         if opcode in ("reduce-scatter", "all-to-all", "ragged-all-to-all"):
@@ -453,7 +462,8 @@ class _Walker:
             n = round(out_bytes / in_bytes)
         elif not n and op == "reduce-scatter" and out_bytes:
             n = round(in_bytes / out_bytes)
-        return self.timing.collective_us(op, in_bytes, out_bytes, n or self.timing.partitions)
+        return self.timing.collective_us(op, in_bytes, out_bytes, n or self.timing.partitions,
+                                         instr.group)
 
     def start_transfer(self, instr: Instruction, computation: str, index: int, t: float):
         op, in_bytes, out_bytes = self.transfer_bytes(instr)

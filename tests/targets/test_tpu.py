@@ -257,7 +257,22 @@ def test_cli_flags_a_slower_site_and_says_why(tmp_path, capsys):
     assert all(row[-1] in ("all-gather", "reduce-scatter") for row in rows)
 
 
-@pytest.mark.parametrize("options", [{}, {"threshold_mib": 1000}],
+def test_the_original_collectives_are_priced_with_the_cube_links_their_groups_span():
+    """libtpu names its groups as an iota list or mesh axes (by version): read either,
+    each collective of the MLP on v5p:2x2x2 spans the whole cube, three links into
+    every chip, and is priced so: faster than over a ring's two links."""
+    topology = "v5p:2x2x2"
+    topo = tpu.topology(topology)
+    rep = report.build(lowered_mlp(topology), topology, threshold_mib=1000)
+    two_links = schedule.analyze(rep.original.hlo_module, schedule.Timing(
+        topo.hardware, topo.chip.clock_ghz, topo.device_count))
+    assert rep.original.collectives
+    for with_links, ring in zip(rep.original.collectives, two_links.collectives):
+        assert sorted(rep.original.proto.by_name[with_links.name].group) == list(range(8))
+        assert with_links.name == ring.name and with_links.time_us < 0.8 * ring.time_us
+
+
+@pytest.mark.parametrize("options", [{"threshold_mib": 0}, {"threshold_mib": 1000}],
                          ids=["rewritten", "left-unchanged"])
 def test_a_scatter_of_a_sum_of_dots_is_found_by_its_dots(options):
     """On v5p XLA compiles the reduce_scatter of all 8 devices as an all-reduce without
@@ -274,7 +289,7 @@ def test_a_scatter_of_a_sum_of_dots_is_found_by_its_dots(options):
     (row,) = report.build(jax.jit(body).lower(*args), "v5p:2x2x2", **options).sites
     assert row.original_collectives == ["all-reduce"]
     assert row.before_us > row.original_compute_us > 0
-    assert row.applied == (not options)
+    assert row.applied == (options["threshold_mib"] == 0)
 
 
 def test_cli_lists_unchanged_sites_without_a_python_warning(tmp_path):

@@ -18,8 +18,10 @@ from overlap_hlo.tools import report as report_cli  # noqa: E402
 EXAMPLE = ROOT / "examples" / "tp_mlp.mlir"     # small: every rewrite is slower on TPU
 
 
-@pytest.mark.parametrize("topology", ["v5p:2x2x2", "v5e:2x4"])
+@pytest.mark.parametrize("topology", ["v5p:2x2x2", "v5e:2x4", "v4:2x2x1"])
 def test_the_fastest_candidate_is_kept_and_never_slower_than_the_original(topology):
+    """At these small dims a rewrite pays on v4:2x2x1 (on the 2x2x2 cube the original's
+    collectives use three links into each chip, a ring two: there it does not)."""
     rep = report.build(lowered_mlp(topology), topology)
     assert list(rep.candidates) == list(report.CANDIDATES)
     assert len(set(rep.candidates.values())) > 1        # the candidates differ
@@ -30,7 +32,7 @@ def test_the_fastest_candidate_is_kept_and_never_slower_than_the_original(topolo
     else:
         assert rep.chosen == report.ORIGINAL
         assert rep.rewritten is rep.original and not permutes(rep.module)
-    assert rep.chosen != report.ORIGINAL or topology != "v5p:2x2x2"   # a rewrite pays
+    assert rep.chosen != report.ORIGINAL or topology != "v4:2x2x1"   # a rewrite pays
     assert rep.rewritten_us <= rep.original_us
     assert f"chosen by the compiled schedule: {rep.chosen} (candidates: " in rep.format()
 

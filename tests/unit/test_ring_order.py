@@ -112,6 +112,40 @@ def test_models_charge_the_busiest_link():
         pytest.approx(hw.shift_us(2**20))
 
 
+def test_the_library_collective_uses_the_links_of_the_axes_its_group_spans():
+    """A whole 2x2x2 cube: three links into every chip; a 4x4x4 torus: six (the
+    scaling-book's k axes x both directions); a 2x4 slice: two (a corner has two
+    links); a row, a group that is not a whole sub-slice, or no links: a ring's two.
+    Both models price the original with them (never an all-to-all: its blocks cross
+    several hops)."""
+    cube, slice_2x4 = Links.parse(CUBE), Links.parse(SLICE_2X4)
+    torus = Links.parse("4tx4tx4t:" + ";".join(f"{d % 4},{d // 4 % 4},{d // 16}"
+                                               for d in range(64)))
+    assert cube.collective_directions(range(8)) == 3
+    assert torus.collective_directions(range(64)) == 6
+    assert torus.collective_directions(range(4)) == 2          # one wrapped row: 2
+    assert torus.collective_directions(range(16)) == 4         # a wrapped 4x4 plane
+    assert slice_2x4.collective_directions(range(8)) == 2
+    assert cube.collective_directions([0, 1, 2, 3]) == 2        # a 2x2 face
+    assert cube.collective_directions([0, 3, 5, 6]) == 2        # not a sub-slice
+    ring = Ring(((0, 1, 2, 3, 4, 5, 6, 7),), "partition", 8)
+    assert ring.collective_directions(cube) == 3 and ring.collective_directions(None) == 2
+    hw = cost.PROFILES["tpu-v5p"]
+    assert hw.collective_us(2**20, 8, 3) == pytest.approx(
+        3 * hw.latency_us + 7 * 2**20 / (hw.link_gbps * 1e9 * hw.link_efficiency * 3) * 1e6)
+    shape = cost.SiteShape(8, 1e9, "bf16", 2**20, RingPlan("gather", 8))
+    three = dataclasses.replace(shape, collective_directions=3)
+    assert cost.estimate(three, hw).collective_us == pytest.approx(hw.collective_us(2**20, 8, 3))
+    assert cost.estimate(three, hw).before_us < cost.estimate(shape, hw).before_us
+    timing, group = schedule.Timing(hw, 1.75, 8, cube), tuple(range(8))
+    assert timing.collective_us("all-gather", 2**20, 2**23, 8, group) == \
+        pytest.approx(hw.collective_us(2**20, 8, 3))
+    assert timing.collective_us("all-to-all", 2**23, 2**23, 8, group) == \
+        pytest.approx(hw.collective_us(2**20, 8, 2))
+    assert schedule.Timing(hw, 1.75, 8).collective_us("all-gather", 2**20, 2**23, 8, group) \
+        == pytest.approx(hw.collective_us(2**20, 8, 2))
+
+
 def option(pipeline_options: str) -> str:
     both = f"{{device-coords={SLICE_2X4} {pipeline_options}}}"
     return (f"builtin.module(overlap-all-gather-matmul{both},"
