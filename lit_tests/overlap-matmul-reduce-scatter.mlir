@@ -447,3 +447,35 @@ module @rs_behind_split attributes {mhlo.num_partitions = 4 : i32, mhlo.num_repl
     return %2 : tensor<1x4x8xf32>
   }
 }
+
+// -----
+
+// A prologue: the dot's lhs is h * broadcast(convert(0.5)) (JAX writes a Python float
+// in a bf16 expression so). The ring slices h and replays the multiply on each block,
+// the converted scalar rebuilt as a uniform value, so the multiply fuses into the
+// block's dot; the whole product h * 0.5 is never built.
+// CHECK-LABEL: func.func @rs_prologue
+// CHECK-SAME: (%[[PH:.*]]: tensor<8x16xbf16>, %[[PW:.*]]: tensor<16x8xbf16>)
+// CHECK-NOT: tensor<8x16xbf16> = stablehlo.multiply
+// CHECK: %[[PS:.*]] = stablehlo.dynamic_slice %[[PH]], %{{[^ ]+}}, %{{[^ ]+}}, sizes = [1, 16]
+// CHECK: %[[PC:.*]] = stablehlo.convert %{{[^ ]+}} : (tensor<f32>) -> tensor<bf16>
+// CHECK-NEXT: %[[PB:.*]] = stablehlo.broadcast_in_dim %[[PC]], dims = [] : (tensor<bf16>) -> tensor<1x16xbf16>
+// CHECK-NEXT: %[[PM:.*]] = stablehlo.multiply %[[PS]], %[[PB]] : tensor<1x16xbf16>
+// CHECK-NEXT: stablehlo.dot_general %[[PM]], %[[PW]]
+// CHECK-NOT: stablehlo.reduce_scatter
+// REMARK: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8x8xbf16> scattered on dim 0 (free dim of operand 0) over groups of 4; the elementwise ops making 1 of its dots' operands (1 op(s)) run on each block, fused into its dot;
+module @rs_prologue attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @rs_prologue(%h: tensor<8x16xbf16>, %w: tensor<16x8xbf16>) -> tensor<2x8xbf16> {
+    %c = stablehlo.constant dense<5.000000e-01> : tensor<f32>
+    %cv = stablehlo.convert %c : (tensor<f32>) -> tensor<bf16>
+    %half = stablehlo.broadcast_in_dim %cv, dims = [] : (tensor<bf16>) -> tensor<8x16xbf16>
+    %x = stablehlo.multiply %h, %half : tensor<8x16xbf16>
+    %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<8x16xbf16>, tensor<16x8xbf16>) -> tensor<8x8xbf16>
+    %1 = "stablehlo.reduce_scatter"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%a: tensor<bf16>, %b: tensor<bf16>):
+      %2 = stablehlo.add %a, %b : tensor<bf16>
+      stablehlo.return %2 : tensor<bf16>
+    }) : (tensor<8x8xbf16>) -> tensor<2x8xbf16>
+    return %1 : tensor<2x8xbf16>
+  }
+}

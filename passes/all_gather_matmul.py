@@ -194,11 +194,12 @@ class Fused:
 
 
 def fuse_epilogue(group: list[Consumer]) -> list[Consumer | Fused]:
-    """`group` with the consumers that an elementwise epilogue combines replaced by one
-    Fused consumer (placed where the first of them was), when there is one."""
+    """`group` with the consumers whose results an elementwise epilogue combines (or
+    one consumer's result that it transforms) replaced by one Fused consumer (placed
+    where the first of them was), when there is one."""
     members = [c for c in group if c.result_dim is not None and c.anchor == c.dot]
     layouts = {(c.result_dim, c.block, tuple(c.result_type.shape)) for c in members}
-    if len(members) < 2 or len(layouts) != 1:
+    if not members or len(layouts) != 1:
         return group
     found = find_epilogue([c.dot.results[0] for c in members])
     if found is None:
@@ -385,9 +386,12 @@ class OverlapAllGatherMatmul(RewritePass):
                        "ring's result would not reach")
         groups = [fuse_epilogue(group) for group in groups]
         for fused in (c for group in groups for c in group if isinstance(c, Fused)):
+            ops = len(fused.epilogue.ops)
             detail += (f"; an elementwise epilogue of {len(fused.members)} of its dots "
-                       f"({len(fused.epilogue.ops)} op(s)) runs on each block: the ring "
-                       "keeps one buffer for their products")
+                       f"({ops} op(s)) runs on each block: the ring keeps one buffer "
+                       "for their products" if len(fused.members) > 1 else
+                       f"; its dot's elementwise epilogue ({ops} op(s)) runs on each "
+                       "block, fused into the block's dot")
         assembly = None if reused is None else Assembly(gather.results[0].type, block)
         ring_dots = [c.dot for c in consumers]
         sums = any(c.result_dim is None for c in consumers)

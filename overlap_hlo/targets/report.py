@@ -24,7 +24,7 @@ from jaxlib.mlir import ir
 
 from overlap_hlo import api
 from overlap_hlo.ir.locations import Where
-from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE
+from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE, parse_pipeline, registered_passes
 from overlap_hlo.targets import aot, gpu, schedule, tpu
 from overlap_hlo.targets.gpu_timing import GpuTiming
 from overlap_hlo.targets.schedule import Analysis, Timing
@@ -111,6 +111,12 @@ CANDIDATES = {"per site": {},
               "every site, two streams, summing rings": {
                   "threshold_mib": 0, "bidirectional": True, "tpu_summing_rings": True}}
 ORIGINAL = "the original"
+# A fifth candidate, built when the four disagree on which is fastest for different
+# passes: each ring pass with the options of the candidate whose sites of that pass
+# took least time in the compiled schedules (a gather ring in two streams beside a
+# scatter ring in one, say).
+PER_PASS = "each pass its fastest form"
+UNCHANGED_MIB = 1e30   # the threshold that leaves a pass's sites unchanged there
 KEPT = "slower in the compiled schedule"    # the kind of a site the check left unchanged
 
 
@@ -302,10 +308,10 @@ def build_variants(source, topology: str | tpu.Topology | gpu.Target, variants: 
     original = analyze_compiled(original_compiled, timing, timeline, trip_counts)
     analyses = {api.serialize(original_compiled.module, bytecode=True): original}
 
-    def rewritten(options: dict) -> _Candidate:
+    def rewritten(options: dict, text: str = pipeline) -> _Candidate:
         # The sites' estimates are on the slice's profile also when a threshold decides.
         module, sites = aot.rewrite(
-            original_compiled.module, pipeline, input_name=input_name,
+            original_compiled.module, text, input_name=input_name,
             **dict(options, hardware=options.get("hardware") or topo.hardware.name))
         key = api.serialize(module, bytecode=True)
         if key not in analyses:
@@ -321,6 +327,11 @@ def build_variants(source, topology: str | tpu.Topology | gpu.Target, variants: 
             tried = {label: rewritten(dict(options, **extra))
                      for label, extra in CANDIDATES.items()
                      if kind.platform == "TPU" or "tpu_summing_rings" not in extra}
+            per_pass = _per_pass(pipeline, tried, original, input_name)
+            if per_pass is not None:
+                mixed = rewritten(options, per_pass.pipeline)
+                tried[PER_PASS] = replace(mixed, sites=[_left_by_pass(site, per_pass)
+                                                        for site in mixed.sites])
             candidates = {label: c.analysis.total_us for label, c in tried.items()}
             chosen = min(tried, key=candidates.__getitem__)
             result = tried[chosen]
@@ -342,6 +353,70 @@ def build_variants(source, topology: str | tpu.Topology | gpu.Target, variants: 
                                original.temp_bytes, result.analysis.temp_bytes,
                                result.module, chosen, candidates, kind.platform, kind.times)
     return reports
+
+
+@dataclass(frozen=True)
+class _PerPass:
+    """The pipeline of the PER_PASS candidate, and the passes it leaves unchanged
+    (their sites' time in the original) with each pass's time in that form."""
+
+    pipeline: str
+    unchanged: dict[str, tuple[float, float]]   # pass -> (original us, fastest form us)
+
+
+def _per_pass(pipeline: str, tried: dict[str, _Candidate], original: Analysis,
+              input_name: str | None) -> _PerPass | None:
+    """`pipeline` with each ring pass given the options of the candidate whose sites of
+    that pass took least time in their compiled schedules (a tie: the first listed),
+    or left unchanged where the original's sites of that pass took less than every
+    form's; None when one candidate (or the original) is fastest for every pass, or
+    when the pipeline nests anchors or gives a ring pass options of its own."""
+    times: dict[str, dict[str, float]] = {}     # pass -> candidate -> its sites' time
+    first: dict[int, str] = {}                  # one label per distinct module
+    for label, candidate in tried.items():
+        if first.setdefault(id(candidate.analysis), label) != label:
+            continue
+        by_location: dict[str, list] = {}
+        for site in candidate.sites:
+            by_location.setdefault(site.location, []).append(site)
+        for location, group in by_location.items():
+            row = _row(location, group, original, candidate.analysis, input_name)
+            per = times.setdefault(row.pattern, {})
+            per[label] = per.get(label, 0.0) + row.after_us
+            if label == next(iter(tried)):
+                per[ORIGINAL] = per.get(ORIGINAL, 0.0) + row.before_us
+    for per in times.values():      # the original last: chosen only when faster
+        per[ORIGINAL] = per.pop(ORIGINAL)
+    best = {name: min(per, key=per.get) for name, per in times.items()}
+    if len(set(best.values())) < 2:
+        return None
+    elements, passes = parse_pipeline(pipeline), registered_passes()
+    if any(e.nested is not None or (e.name in best and e.options) for e in elements):
+        return None
+    parts, unchanged = [], {}
+    for element in elements:
+        choice = best.get(element.name)
+        known = passes[element.name].options() if element.name in passes else {}
+        if choice == ORIGINAL:
+            per = times[element.name]
+            unchanged[element.name] = (per[ORIGINAL], min(v for k, v in per.items()
+                                                         if k != ORIGINAL))
+            extra = {"threshold-mib": str(UNCHANGED_MIB)}
+        else:
+            extra = api.pass_defaults(CANDIDATES.get(choice, {}))
+        text = " ".join(f"{k}={v}" for k, v in extra.items() if k in known)
+        parts.append(f"{element.name}{{{text}}}" if text else element.text)
+    return _PerPass(f"builtin.module({','.join(parts)})", unchanged)
+
+
+def _left_by_pass(site, per_pass: _PerPass):
+    """A site of a pass the PER_PASS candidate leaves unchanged, saying why."""
+    if site.pattern not in per_pass.unchanged:
+        return site
+    before, after = per_pass.unchanged[site.pattern]
+    return replace(site, applied=False, kind=KEPT, rule="",
+                   reason=f"{KEPT}: every form of this pass's sites is slower than the "
+                          f"original ({after:.1f} us against {before:.1f} us)")
 
 
 def _kept(site, best_us: float, original_us: float):
