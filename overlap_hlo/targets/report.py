@@ -371,7 +371,8 @@ def _per_pass(pipeline: str, tried: dict[str, _Candidate], original: Analysis,
     or left unchanged where the original's sites of that pass took less than every
     form's; None when one candidate (or the original) is fastest for every pass, or
     when the pipeline nests anchors or gives a ring pass options of its own."""
-    times: dict[str, dict[str, float]] = {}     # pass -> candidate -> its sites' time
+    # pass -> candidate (the original last) -> location -> that site's time
+    sites: dict[str, dict[str, dict[str, float]]] = {}
     first: dict[int, str] = {}                  # one label per distinct module
     for label, candidate in tried.items():
         if first.setdefault(id(candidate.analysis), label) != label:
@@ -381,12 +382,15 @@ def _per_pass(pipeline: str, tried: dict[str, _Candidate], original: Analysis,
             by_location.setdefault(site.location, []).append(site)
         for location, group in by_location.items():
             row = _row(location, group, original, candidate.analysis, input_name)
-            per = times.setdefault(row.pattern, {})
-            per[label] = per.get(label, 0.0) + row.after_us
-            if label == next(iter(tried)):
-                per[ORIGINAL] = per.get(ORIGINAL, 0.0) + row.before_us
-    for per in times.values():      # the original last: chosen only when faster
-        per[ORIGINAL] = per.pop(ORIGINAL)
+            per = sites.setdefault(row.pattern, {})
+            per.setdefault(label, {})[location] = row.after_us
+            per.setdefault(ORIGINAL, {})[location] = row.before_us
+    times: dict[str, dict[str, float]] = {}
+    for name, per in sites.items():
+        per[ORIGINAL] = per.pop(ORIGINAL)       # last: chosen only when faster
+        if len({frozenset(at) for at in per.values()}) != 1 or len(per) != len(first) + 1:
+            return None     # the candidates' pipelines met different sites of this pass
+        times[name] = {label: sum(at.values()) for label, at in per.items()}
     best = {name: min(per, key=per.get) for name, per in times.items()}
     if len(set(best.values())) < 2:
         return None
