@@ -28,7 +28,8 @@ def test_the_fastest_candidate_is_kept_and_never_slower_than_the_original(topolo
     assert len(set(rep.candidates.values())) > 1        # the candidates differ
     best = min(rep.candidates, key=rep.candidates.get)
     if rep.candidates[best] < rep.original_us * (1 - report.SLOWER_TOLERANCE):
-        assert rep.chosen == best and rep.rewritten_us == rep.candidates[best]
+        assert rep.candidates[rep.chosen] <= rep.candidates[best] * (1 + report.SLOWER_TOLERANCE)
+        assert rep.rewritten_us == rep.candidates[rep.chosen]
         assert permutes(rep.module) and any(row.applied for row in rep.sites)
     else:
         assert rep.chosen == report.ORIGINAL
@@ -73,6 +74,20 @@ def test_each_pass_gets_the_form_fastest_for_its_sites_or_stays(monkeypatch):
     given = report.DEFAULT_PIPELINE.replace(gather, gather + "{unroll=1}")
     times["two"][scatter] = 80
     assert report._per_pass(given, tried, None, None) is None   # options of its own
+
+
+def test_of_candidates_equally_fast_the_one_with_fewest_temporaries_is_kept():
+    """A tie (within 0.5%) goes to the smaller temporaries: one stream where two streams
+    gain nothing (Q/K/V at 70B on h100:8 under jax 0.10.2: 341 us either way, 40
+    against 80 MiB)."""
+    class Analysis:
+        def __init__(self, temp_bytes):
+            self.temp_bytes = temp_bytes
+
+    tried = {label: report._Candidate(None, [], Analysis(temp)) for label, temp in
+             [("two", 80), ("one", 40), ("slow", 10)]}
+    assert report._fastest(tried, {"two": 341.0, "one": 341.5, "slow": 400.0}) == "one"
+    assert report._fastest(tried, {"two": 300.0, "one": 341.0, "slow": 400.0}) == "two"
 
 
 def test_the_original_is_kept_when_every_candidate_is_slower(monkeypatch):
