@@ -113,8 +113,8 @@ CANDIDATES = {"per site": {},
 ORIGINAL = "the original"
 # A fifth candidate, built when the four disagree on which is fastest for different
 # passes: each ring pass with the options of the candidate whose sites of that pass
-# took least time in the compiled schedules (a gather ring in two streams beside a
-# scatter ring in one, say).
+# took least time in the compiled schedules, or left unchanged where the original's
+# sites took less (a gather ring in two streams beside the original scatter, say).
 PER_PASS = "each pass its fastest form"
 UNCHANGED_MIB = 1e30   # the threshold that leaves a pass's sites unchanged there
 KEPT = "slower in the compiled schedule"    # the kind of a site the check left unchanged
@@ -328,8 +328,11 @@ def build_variants(source, topology: str | tpu.Topology | gpu.Target, variants: 
                      for label, extra in CANDIDATES.items()
                      if kind.platform == "TPU" or "tpu_summing_rings" not in extra}
             per_pass = _per_pass(pipeline, tried, original, input_name)
-            if per_pass is not None:
-                mixed = rewritten(options, per_pass.pipeline)
+            mixed = None if per_pass is None else rewritten(options, per_pass.pipeline)
+            # A pass left unchanged whose sites another pass built (a dot between a
+            # gather and a scatter is the gather pass's): not what was measured.
+            if mixed is not None and not any(site.applied and site.pattern in
+                                             per_pass.unchanged for site in mixed.sites):
                 tried[PER_PASS] = replace(mixed, sites=[_left_by_pass(site, per_pass)
                                                         for site in mixed.sites])
             candidates = {label: c.analysis.total_us for label, c in tried.items()}
@@ -357,8 +360,8 @@ def build_variants(source, topology: str | tpu.Topology | gpu.Target, variants: 
 
 @dataclass(frozen=True)
 class _PerPass:
-    """The pipeline of the PER_PASS candidate, and the passes it leaves unchanged
-    (their sites' time in the original) with each pass's time in that form."""
+    """The pipeline of the PER_PASS candidate, and the passes it leaves unchanged, each
+    with its sites' time in the original and in the fastest of the forms."""
 
     pipeline: str
     unchanged: dict[str, tuple[float, float]]   # pass -> (original us, fastest form us)
