@@ -90,7 +90,6 @@ class Links:
             coords.append(point)
         return cls(tuple(coords), extents, wraps)
 
-
     def collective_directions(self, members: Sequence[int]) -> int:
         """The link directions into each member that a library collective over
         `members` can use at once: where the members are every chip of the sub-slice

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from overlap_hlo.groups.meshes import Mesh, dense_groups
+from overlap_hlo.ir.unsupported import Unsupported
+
 # Bytes per element of xla.PrimitiveType values (sub-byte types rounded up).
 _ELEMENT_BYTES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 2, 11: 4,
                   12: 8, 15: 8, 16: 2, 18: 16, 19: 1, 20: 1, 21: 1, 22: 1, 23: 1, 24: 1,
@@ -286,27 +289,24 @@ def _first_group(f: dict) -> tuple[int, ...]:
 def _mesh_axes_group(f: dict) -> tuple[int, ...]:
     """The first group of replica groups given as mesh axes (newer XLA: a mesh of
     named axes, major to minor, and the indices of the axes each group runs over, as
-    `#stablehlo.replica_group_mesh_axes`); () for a form not read here (sub-axes,
-    device ids)."""
+    `#stablehlo.replica_group_mesh_axes`; `meshes.dense_groups` lays them out); () for
+    a form not read here (sub-axes, device ids)."""
     mesh, refs = _fields(_one(f, 1, b"")), f.get(2, [])
     if set(mesh) - {1} or not refs:
         return ()
-    axes = []
-    for raw in mesh.get(1, []):
-        axis = _fields(raw)
-        axes.append((_text(axis, 1), _one(axis, 2, 0)))
-    indices = []
-    for raw in refs:
-        ref = _fields(raw)
-        if set(ref) - {1}:
-            return ()
-        indices.append(_one(ref, 1, 0))
+    axes = tuple((_text(axis, 1), _one(axis, 2, 0))
+                 for axis in (_fields(raw) for raw in mesh.get(1, [])))
     sizes = [size for _, size in axes]
-    if not axes or any(size < 1 for size in sizes) or math.prod(sizes) > MAX_IOTA_IDS \
-            or sorted(indices) != sorted(set(indices)) \
-            or not all(0 <= i < len(axes) for i in indices):
+    if not axes or len({name for name, _ in axes}) != len(axes) \
+            or any(size < 1 for size in sizes) or math.prod(sizes) > MAX_IOTA_IDS:
         return ()
-    ids = np.arange(math.prod(sizes)).reshape(sizes)
-    rest = [i for i in range(len(axes)) if i not in indices]
-    group = ids.transpose(rest + indices).reshape(-1, math.prod(sizes[i] for i in indices))
-    return tuple(int(x) for x in group[0])
+    named = []
+    for ref in (_fields(raw) for raw in refs):
+        index = _one(ref, 1, 0)
+        if set(ref) - {1} or not 0 <= index < len(axes):
+            return ()
+        named.append((axes[index][0], None))
+    try:
+        return tuple(dense_groups(Mesh(axes), named)[0])
+    except Unsupported:      # an axis named twice
+        return ()

@@ -54,3 +54,5 @@ def test_mesh_axes_name_a_group_over_the_listed_axes():
     sub_axis = msg((1, mesh), (2, msg((1, 1), (2, msg((1, 1), (2, 2))))))
     assert first_group((93, sub_axis)) == ()                      # not read: no group
     assert first_group((93, msg((1, mesh), (2, msg((1, 5)))))) == ()
+    twice = msg((1, mesh), (2, msg((1, 1))), (2, msg((1, 1))))
+    assert first_group((93, twice)) == ()                         # an axis named twice
