@@ -1,5 +1,6 @@
 // RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0})' --split-input-file | FileCheck %s
 // RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0})' --split-input-file --remarks -o %t 2>&1 | FileCheck %s --check-prefix=REMARK
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 bidirectional=true target=gpu})' --split-input-file | FileCheck %s --check-prefix=GPU
 
 // Several dots reading one all_gather share ONE ring when every dot's other operand
 // already exists at the first dot: the shard travels once (one permute per round)
@@ -160,5 +161,31 @@ module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
     %y = stablehlo.dot_general %g, %w, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
     %z = stablehlo.dot_general %g, %e, contracting_dims = [0] x [0] : (tensor<8x16xf32>, tensor<8x4xf32>) -> tensor<16x4xf32>
     return %y, %z : tensor<8x8xf32>, tensor<16x4xf32>
+  }
+}
+
+// -----
+
+// GPU form, two streams, two dots on one gather (four blocks a round): each dot's
+// second block waits for its first to be written (an optimization_barrier of the
+// written buffer and the dot's other operand), so XLA's GPU scheduler does not run
+// the round's GEMMs ahead of their writes with every product live at once.
+// GPU-LABEL: func.func @two_dots_gpu
+// GPU: %[[GT:.*]]:4 = stablehlo.optimization_barrier
+// GPU: %[[GQ0:.*]] = stablehlo.dot_general %[[GT]]#0, %[[GT_WQ:[^ ,]+]],
+// GPU-NEXT: %[[GQW:.*]] = stablehlo.dynamic_update_slice %[[GT]]#2, %[[GQ0]],
+// GPU-NEXT: %[[GQB:.*]]:2 = stablehlo.optimization_barrier %[[GQW]], %[[GT_WQ]] : tensor<8x8xf32>, tensor<16x8xf32>
+// GPU: %[[GQ1:.*]] = stablehlo.dot_general %[[GT]]#1, %[[GQB]]#1,
+// GPU-NEXT: stablehlo.dynamic_update_slice %[[GQB]]#0, %[[GQ1]],
+// GPU: %[[GK0:.*]] = stablehlo.dot_general %[[GT]]#0, %[[GT_WK:[^ ,]+]],
+// GPU-NEXT: %[[GKW:.*]] = stablehlo.dynamic_update_slice %[[GT]]#3, %[[GK0]],
+// GPU-NEXT: %[[GKB:.*]]:2 = stablehlo.optimization_barrier %[[GKW]], %[[GT_WK]] : tensor<8x8xf32>, tensor<16x8xf32>
+// GPU: stablehlo.dot_general %[[GT]]#1, %[[GKB]]#1,
+module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @two_dots_gpu(%x: tensor<2x16xf32>, %wq: tensor<16x8xf32>, %wk: tensor<16x8xf32>) -> (tensor<8x8xf32>, tensor<8x8xf32>) {
+    %g = "stablehlo.all_gather"(%x) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2x16xf32>) -> tensor<8x16xf32>
+    %q = stablehlo.dot_general %g, %wq, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %k = stablehlo.dot_general %g, %wk, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    return %q, %k : tensor<8x8xf32>, tensor<8x8xf32>
   }
 }

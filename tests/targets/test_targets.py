@@ -41,6 +41,11 @@ def gated(x, w_gate, w_up):
     return jax.nn.silu(g @ w_gate) * (g @ w_up)
 
 
+def qkv(x, wq, wk, wv):   # three dots on one gather (GPU, two streams: serial blocks)
+    g = AG(x, "x", axis=0, tiled=True)
+    return g @ wq, g @ wk, g @ wv
+
+
 def batched(x, w):
     return jnp.einsum("bsd,bdf->bsf", AG(x, "x", axis=0, tiled=True), w)
 
@@ -59,6 +64,7 @@ PROGRAMS = {
     "free": (lambda x, w: AG(x, "x", axis=0, tiled=True) @ w,
              [((64, 32), P("x")), ((32, 16), P())], P()),
     "gated epilogue": (gated, [((64, 32), P("x")), ((32, 16), P()), ((32, 16), P())], P()),
+    "three dots": (qkv, [((64, 32), P("x"))] + [((32, 16), P())] * 3, (P(),) * 3),
     "batch": (batched, [((16, 4, 8), P("x")), ((16, 8, 4), P())], P()),
     "assembled for other readers": (reused, [((64, 32), P("x")), ((32, 16), P()),
                                              ((2, 16), P())], (P(), P())),
