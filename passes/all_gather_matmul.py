@@ -657,13 +657,15 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
                 for v, sign in zip(values, (+1, -1))]
 
     shared = bool(plan.shared_rounds)   # a loop round may hold one block twice
-    # GPU, where a round multiplies more than two blocks: a dot's second block waits for
-    # its first to be written (one barrier). XLA's GPU scheduler ran a round's GEMMs
-    # ahead of their writes, every product live at once (as f32 partials of a K split
-    # in four): 70B Q/K/V, two streams, h100:8: 80 MiB of temporaries against the
-    # original's 64; 56 so, as fast. Not with two blocks or fewer: there the waits cost
-    # overlap (70B MLP, h100:8: 778 -> 816 us) and the memory was below the original's.
-    serial = platform == "gpu" and plan.streams * sum(c.dots for c in consumers) > 2
+    # Outside the TPU forms, where a round multiplies more than two blocks: a dot's second
+    # block waits for its first to be written (one barrier). XLA's GPU scheduler ran a
+    # round's GEMMs ahead of their writes, every product live at once (as f32 partials
+    # of a K split in four): 70B Q/K/V, two streams, h100:8: 80 MiB of temporaries
+    # against the original's 64; 56 so, as fast (the portable forms too; libtpu
+    # compiles those the same either way). Not with two blocks or fewer: there the
+    # waits cost overlap (70B MLP, h100:8: 778 -> 816 us) and the memory was below the
+    # original's.
+    serial = platform != "tpu" and plan.streams * sum(c.dots for c in consumers) > 2
 
     def step(k, shards, accs, invariants, shifts=None):
         *inputs, position = invariants

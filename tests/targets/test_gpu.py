@@ -190,12 +190,14 @@ def shared_gather(x, wq, wk, wv):
     return g @ wq, g @ wk, g @ wv
 
 
-def test_a_second_stream_adds_its_shards_not_a_round_of_products():
+@pytest.mark.parametrize("target", ["gpu", "cpu"])
+def test_a_second_stream_adds_its_shards_not_a_round_of_products(target):
     """Three dots on one gather (Q/K/V at Llama-70B's dims), two streams: each dot's
     second block waits for its first to be written. Without that XLA's GPU scheduler
     ran a round's six GEMMs before their writes, each product live as split-K f32
     partials (8 MiB each): 80 MiB of temporaries against one stream's 40; 56 with it.
-    The second stream may add its received shards (two buffers of 8 MiB), no more."""
+    The second stream may add its received shards (two buffers of 8 MiB), no more. The
+    GPU forms and those every backend runs (target=cpu) alike."""
     mesh = Mesh(np.array(H100.devices), ("x",))
     n, rows, width, cols = H100.device_count, 512, 8192, 1024
     specs = (P(None, "x", None), P(None, "x"), P(None, "x"), P(None, "x"))
@@ -205,8 +207,8 @@ def test_a_second_stream_adds_its_shards_not_a_round_of_products():
     lowered_qkv = fn.lower(*(jax.ShapeDtypeStruct(s, jnp.bfloat16,
                                                   sharding=NamedSharding(mesh, spec))
                              for s, spec in zip(shapes, specs)))
-    one, two = (report.build(lowered_qkv, H100, threshold_mib=0, bidirectional=streams)
-                for streams in (False, True))
+    one, two = (report.build(lowered_qkv, H100, threshold_mib=0, bidirectional=streams,
+                             target=target) for streams in (False, True))
     for rep in (one, two):
         (row,) = rep.sites
         assert row.applied and rep.rewritten.collectives == []
