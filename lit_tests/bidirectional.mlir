@@ -504,8 +504,11 @@ module attributes {mhlo.num_partitions = 5 : i32, mhlo.num_replicas = 1 : i32} {
 // stream's part of block p + 2, kept. Round 1: the kept part goes down; the up
 // stream's part of block p + 1 goes up at once; the down stream adds its part of
 // block p + 3 to the part that arrived and keeps the sum. No loop iteration remains.
-// The last round: the kept sum goes down, and the own block p adds both arrivals.
-// Each add reads its own round's dot (no optimization_barrier, no concatenate).
+// The last round: the kept sum goes down, and the own block p adds both arrivals:
+// the up stream's (arrived last round) behind an optimization_barrier, then the down
+// stream's (sent this round), so XLA's GPU GEMM, which fuses its adds, does not wait
+// for the last transfer (the TPU form adds both in one fusion). Every other add reads
+// its own round's dot (no optimization_barrier, no concatenate).
 // CHECK-LABEL: func.func @rs_free_lhs_4
 // CHECK-SAME: (%[[R4_A:.*]]: tensor<8x16xf32>, %[[R4_B:.*]]: tensor<16x8xf32>)
 // CHECK-NOT: stablehlo.while
@@ -525,13 +528,12 @@ module attributes {mhlo.num_partitions = 5 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK-NEXT: %[[R4_DOWN:.*]] = stablehlo.add %[[R4_PD]], %[[R4_M1]] : tensor<2x8xf32>
 // CHECK-NEXT: %[[R4_AD:.*]] = "stablehlo.collective_permute"(%[[R4_DOWN]]) <{channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>, source_target_pairs = dense<{{\[}}[0, 3], [1, 0], [2, 1], [3, 2], [4, 7], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK: %[[R4_OWN:.*]] = stablehlo.dot_general %{{.*}}, %[[R4_B]]
-// CHECK-NEXT: %[[R4_S1:.*]] = stablehlo.add %[[R4_OWN]], %[[R4_AD]]
-// CHECK-NEXT: %[[R4_OUT:.*]] = stablehlo.add %[[R4_S1]], %[[R4_AU]]
+// CHECK-NEXT: %[[R4_S1:.*]] = stablehlo.add %[[R4_OWN]], %[[R4_AU]]
+// CHECK-NEXT: %[[R4_B:.*]] = stablehlo.optimization_barrier %[[R4_S1]]
+// CHECK-NEXT: %[[R4_OUT:.*]] = stablehlo.add %[[R4_B]], %[[R4_AD]]
 // CHECK-NEXT: return %[[R4_OUT]] : tensor<2x8xf32>
 // CHECK-NOT: stablehlo.reduce_scatter
-// target=gpu: the up stream's sum (arrived last round) is added to the own block's dot
-// behind an optimization_barrier and the down stream's (sent this round) after it, so
-// XLA's GPU GEMM, which fuses its adds, does not wait for the last transfer.
+// target=gpu: the same as the forms every backend runs.
 // GPU-LABEL: func.func @rs_free_lhs_4
 // GPU: %[[G_AD:.*]] = "stablehlo.collective_permute"({{.*}}handle = 4, type = 1>
 // GPU: %[[G_OWN:.*]] = stablehlo.dot_general
@@ -564,7 +566,7 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // down, the up stream adds its rhs block's part to what it received and sends it up,
 // the down stream adds its part to what just arrived and keeps it. After the loop,
 // the last round: the kept sum goes down onto the own block, which adds both
-// arrivals.
+// arrivals (the up stream's first, behind an optimization_barrier).
 // CHECK-LABEL: func.func @rs_free_rhs_8
 // CHECK-SAME: (%[[R8_A:.*]]: tensor<8x16xf32>, %[[R8_B:.*]]: tensor<16x8xf32>)
 // CHECK: %[[R8_D0:.*]] = stablehlo.dot_general %[[R8_A]], %{{.*}} -> tensor<8x1xf32>
@@ -588,8 +590,9 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK: stablehlo.return %{{.*}}, %[[R8_SD]], %[[R8_MU]], %[[R8_LHS]], %[[R8_RHS]],
 // CHECK: %[[R8_LAST:.*]] = "stablehlo.collective_permute"(%[[R8_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>, source_target_pairs = dense<{{\[}}[0, 7], [1, 0], [2, 1], [3, 2], [4, 3], [5, 4], [6, 5], [7, 6]]> : tensor<8x2xi64>}>
 // CHECK: %[[R8_OWN:.*]] = stablehlo.dot_general %[[R8_A]], %{{.*}} -> tensor<8x1xf32>
-// CHECK-NEXT: %[[R8_S1:.*]] = stablehlo.add %[[R8_OWN]], %[[R8_LAST]]
-// CHECK-NEXT: %[[R8_OUT:.*]] = stablehlo.add %[[R8_S1]], %[[R8_LOOP]]#2
+// CHECK-NEXT: %[[R8_S1:.*]] = stablehlo.add %[[R8_OWN]], %[[R8_LOOP]]#2
+// CHECK-NEXT: %[[R8_B:.*]] = stablehlo.optimization_barrier %[[R8_S1]]
+// CHECK-NEXT: %[[R8_OUT:.*]] = stablehlo.add %[[R8_B]], %[[R8_LAST]]
 // CHECK-NEXT: return %[[R8_OUT]] : tensor<8x1xf32>
 // CHECK-NOT: stablehlo.reduce_scatter
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
@@ -687,7 +690,8 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // Reduce_scatter over an odd group (3 of 6): both streams start in round 0 (up:
 // block p + 1, sent at once; down: block p + 2, kept); the last round sends the kept
-// down part and adds both arrivals to the own block.
+// down part and adds both arrivals to the own block (the up stream's first, behind an
+// optimization_barrier).
 // CHECK-LABEL: func.func @rs_odd
 // CHECK-NOT: stablehlo.while
 // CHECK: %[[RO_PU:.*]] = stablehlo.dot_general
@@ -695,8 +699,9 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // CHECK: %[[RO_PD:.*]] = stablehlo.dot_general
 // CHECK-NEXT: %[[RO_AD:.*]] = "stablehlo.collective_permute"(%[[RO_PD]]) <{channel_handle = #stablehlo.channel_handle<handle = 3, type = 1>, source_target_pairs = dense<{{\[}}[0, 2], [1, 0], [2, 1], [3, 5], [4, 3], [5, 4]]> : tensor<6x2xi64>}>
 // CHECK: %[[RO_OWN:.*]] = stablehlo.dot_general
-// CHECK-NEXT: %[[RO_S1:.*]] = stablehlo.add %[[RO_OWN]], %[[RO_AD]]
-// CHECK-NEXT: %[[RO_OUT:.*]] = stablehlo.add %[[RO_S1]], %[[RO_AU]]
+// CHECK-NEXT: %[[RO_S1:.*]] = stablehlo.add %[[RO_OWN]], %[[RO_AU]]
+// CHECK-NEXT: %[[RO_B:.*]] = stablehlo.optimization_barrier %[[RO_S1]]
+// CHECK-NEXT: %[[RO_OUT:.*]] = stablehlo.add %[[RO_B]], %[[RO_AD]]
 // CHECK-NEXT: return %[[RO_OUT]] : tensor<2x8xf32>
 module attributes {mhlo.num_partitions = 6 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @rs_odd(%arg0: tensor<6x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<2x8xf32> {

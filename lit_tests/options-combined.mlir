@@ -161,7 +161,9 @@ module attributes {mhlo.num_partitions = 14 : i32, mhlo.num_replicas = 1 : i32} 
 // the kept part goes down, the up stream starts (its part goes up at once), and the
 // down stream adds its part to the sum that arrived and keeps it. Rounds 2..4 run in
 // the loop (stop 5) in that order; each add reads its own round's dot. The last
-// round: the kept sum goes down, and the own block adds both arrivals.
+// round: the kept sum goes down, and the own block adds both arrivals: the up
+// stream's first, behind an optimization_barrier, then the one that just arrived (so a
+// GPU GEMM, which fuses its adds, does not wait for the last transfer).
 // CHECK-LABEL: func.func @scatter
 // CHECK-SAME: (%[[S_A:.*]]: tensor<10x16xf32>, %[[S_B:.*]]: tensor<16x8xf32>)
 // CHECK: %[[S_D0:.*]] = stablehlo.dot_general %{{[^ ]+}}, %[[S_B]]
@@ -186,8 +188,9 @@ module attributes {mhlo.num_partitions = 14 : i32, mhlo.num_replicas = 1 : i32} 
 // CHECK-NEXT: %[[S_LAST:.*]] = "stablehlo.collective_permute"(%[[S_LOOP]]#1) <{channel_handle = #stablehlo.channel_handle<handle = 6, type = 1>
 // CHECK-NOT: stablehlo.concatenate
 // CHECK: %[[S_OWN:.*]] = stablehlo.dot_general
-// CHECK-NEXT: %[[S_SUM:.*]] = stablehlo.add %[[S_OWN]], %[[S_LAST]]
-// CHECK-NEXT: %[[S_OUT:.*]] = stablehlo.add %[[S_SUM]], %[[S_LOOP]]#2
+// CHECK-NEXT: %[[S_SUM:.*]] = stablehlo.add %[[S_OWN]], %[[S_LOOP]]#2
+// CHECK-NEXT: %[[S_TIED:.*]] = stablehlo.optimization_barrier %[[S_SUM]]
+// CHECK-NEXT: %[[S_OUT:.*]] = stablehlo.add %[[S_TIED]], %[[S_LAST]]
 // CHECK-NEXT: return %[[S_OUT]] : tensor<1x8xf32>
 // CHECK-NOT: stablehlo.reduce_scatter
 // FLAG-LABEL: func.func @scatter

@@ -447,12 +447,14 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
             sign, first, rows = chains[0]
             if last and two:        # the own block, with both arrivals
                 value, product = part(+1, 0, 0, 0, block, invariants, product)
-                if platform != "gpu":
+                if platform == "tpu":
                     return ([product] if held else []) + [
                         b.add(b.add(value, arrived), carry[1]), None]
                 # XLA's GPU GEMMs fuse both adds and wait for the down stream's last
                 # transfer: the barrier keeps that add out, so the own block's dot runs
                 # while the transfer does (on TPU it would unfuse the other add too).
+                # The forms every backend runs too: compiled for h100:8 they kept that
+                # transfer synchronous (70B MLP, two streams).
                 (own,) = b.barrier([b.add(value, carry[1])])
                 return ([product] if held else []) + [b.add(own, arrived), None]
             value, product = part(sign, k, -a * sign, first, rows, invariants, product)
