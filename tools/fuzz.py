@@ -482,7 +482,7 @@ def run_promoted(case: PromotedCase) -> tuple[str, str]:
     # XLA may fold the convert into the dot (products not rounded to the narrow type).
     if not error <= tolerance({"bf16": "bfloat16", "f16": "float16"}[case.dtype]):
         return "mismatch", f"relative error {error:.3g} against numpy's f32 sum"
-    return "rewritten", f"relative error {error:.2g}"
+    return "rewritten", error
 
 
 @dataclass(frozen=True)
@@ -608,16 +608,58 @@ def _run(case: Case) -> tuple[str, str]:
         got = _leaves(rewritten.compile()(*inputs))
     except Exception:
         return "crash", traceback.format_exc(limit=4)
-    error = 0.0
-    for g, w in zip(got, want):
-        scale = max(1.0, float(np.max(np.abs(w)))) if w.size else 1.0
-        error = max(error, float(np.max(np.abs(g - w))) / scale if w.size else 0.0)
-    if not error <= tolerance(case.dtype):
-        return "mismatch", f"relative error {error:.3g}"
+    reference = (lambda: _in_f32(jitted, inputs)) if case.dtype != "float32" else None
+    agrees, error = judge(got, want, case.dtype, reference)
+    if not agrees:
+        return "mismatch", error
     if not any(site.applied for site in sites):
         reasons = "; ".join(sorted({site.reason for site in sites})) or "no candidate site"
         return "unchanged", reasons
-    return "rewritten", f"relative error {error:.2g}"
+    return "rewritten", error
+
+
+def judge(got: list, want: list, dtype: str, reference=None) -> tuple[bool, str]:
+    """Whether the rewritten outputs `got` agree with the original's `want`, and the
+    error. Within `tolerance(dtype)` of the original's scale; failing that, for narrow
+    types, against `reference()` (the program run in f32 on the same inputs): a ring
+    sums in another order and rounds after each add, and an ill-conditioned op amplifies
+    that (a layer norm over two features, bf16: the original 0.079 off the f32 result,
+    two streams 0.26), so the rewrite may be off by four times what the original is,
+    plus the tolerance; a wrong block is off by O(1)."""
+    error = _deviation(got, want)
+    if error <= tolerance(dtype):
+        return True, f"relative error {error:.2g}"
+    expected = reference() if reference is not None else None
+    if expected is None:
+        return False, f"relative error {error:.3g}"
+    off, original_off = _deviation(got, expected), _deviation(want, expected)
+    detail = (f"relative error {error:.3g} (against f32: rewritten {off:.3g}, original "
+              f"{original_off:.3g})")
+    return off <= 4 * original_off + tolerance(dtype), detail
+
+
+def _deviation(got: list, want: list) -> float:
+    """Largest |got - want| over the leaves, relative to each leaf's scale."""
+    import numpy as np
+
+    error = 0.0
+    for g, w in zip(got, want):
+        if w.size:
+            scale = max(1.0, float(np.max(np.abs(w))))
+            error = max(error, float(np.max(np.abs(g - w))) / scale)
+    return error
+
+
+def _in_f32(jitted, inputs) -> list | None:
+    """The program's outputs with its floating inputs cast to f32 (None where it does
+    not trace so)."""
+    import jax.numpy as jnp
+
+    try:
+        return _leaves(jitted(*[x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating)
+                                else x for x in inputs]))
+    except Exception:
+        return None
 
 
 def _leaves(result):

@@ -116,3 +116,29 @@ def test_all_to_all_exchanges_agree(template):
     """An all_to_all beside a dot, each template on a group of 4 of a 2-D mesh, in f32."""
     case = fuzz.ExchangeCase((2, 4), "y", template, (2, 3, 2, 3), "float32", True, 7)
     assert fuzz.run(case)[0] == "rewritten"
+
+
+def test_an_ill_conditioned_bf16_block_is_judged_against_f32():
+    """A layer norm over two features amplifies the ring's other summation order (bf16,
+    two streams): 0.24 off the original, yet 0.26 off the f32 result where the original
+    is 0.079 off it. Judged against f32, not called a mismatch (found by
+    `overlap-fuzz --seed 20261212`, case 104)."""
+    case = fuzz.BlockCase(mesh=(8,), axis="x", batch_axis=None, layers=2, norm="layer",
+                          activation="relu", sizes=(4, 2, 2, 2), scanned=False,
+                          dtype="bfloat16", shardy=True, seed=20261272783740,
+                          bidirectional=True, unroll=1)
+    outcome, detail = fuzz.run(case)
+    assert outcome == "rewritten" and "against f32" in detail, detail
+
+
+def test_a_wrong_block_is_a_mismatch_against_f32_too():
+    np = pytest.importorskip("numpy")
+    want = [np.linspace(-1, 1, 16).reshape(4, 4)]
+    reference = [want[0] + 0.01]                    # the original 1% off the f32 result
+    swapped = [want[0][::-1].copy()]                # blocks written in the wrong place
+    assert fuzz.judge(want, want, "bfloat16", lambda: reference)[0]
+    assert not fuzz.judge(swapped, want, "bfloat16", lambda: reference)[0]
+    assert not fuzz.judge(swapped, want, "bfloat16")[0]          # no reference
+    off = [want[0] + 0.035]                         # within 4x the original's 0.01
+    assert fuzz.judge(off, want, "bfloat16", lambda: reference)[0]
+    assert not fuzz.judge(off, want, "float32", None)[0]
