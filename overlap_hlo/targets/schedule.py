@@ -331,6 +331,7 @@ class _Walker:
         self.sequences = scheduled_sequences(hlo_module, proto)
         self.result = Analysis()
         self.lanes: dict[tuple, str] = {}       # pairs -> lane name
+        self.fused: dict[str, Instruction | None] = {}   # fusion -> the collective it wraps
         self.lane_free: dict[str, float] = defaultdict(float)
         self.permutes: dict[str, Permute] = {}
         self.in_flight: dict[str, _InFlight] = {}
@@ -397,6 +398,8 @@ class _Walker:
                 t = self.finish_transfer(instr, computation, index, t)
             elif op in SYNC_COLLECTIVES:
                 t = self.sync_collective(instr, computation, t)
+            elif op == "fusion" and (inner := self.fused_collective(instr)) is not None:
+                t = self.sync_collective(instr, computation, t, inner)
             else:
                 t = self.compute(instr, t)
         return t
@@ -511,9 +514,30 @@ class _Walker:
             self.note_collective(start, op, nbytes, duration, wait)
         return max(t, end)
 
-    def sync_collective(self, instr: Instruction, computation: str, t: float) -> float:
-        op, in_bytes, out_bytes = self.transfer_bytes(instr)
-        duration = self.transfer_us(instr, op, in_bytes, out_bytes)
+    def fused_collective(self, fusion: Instruction) -> Instruction | None:
+        """The collective a fusion wraps, if any: libtpu fuses a reduce-scatter that
+        XLA's partitioner writes as an all-reduce and a dynamic-slice into one fusion
+        (`calls=%all-reduce-scatter`), a synchronous collective all the same."""
+        if fusion.name not in self.fused:
+            inner = [i for c in self.proto.called(fusion) for i in c.instructions
+                     if i.opcode in SYNC_COLLECTIVES]
+            self.fused[fusion.name] = inner[0] if inner else None
+        return self.fused[fusion.name]
+
+    def sync_collective(self, instr: Instruction, computation: str, t: float,
+                        inner: Instruction | None = None) -> float:
+        """A synchronous collective (or a fusion wrapping one, `inner`: an all-reduce
+        whose result the fusion slices is priced as the reduce-scatter it is)."""
+        if inner is None:
+            op, in_bytes, out_bytes = self.transfer_bytes(instr)
+            duration = self.transfer_us(instr, op, in_bytes, out_bytes)
+        else:
+            in_bytes = sum(o.shape.nbytes for o in self.proto.operands(instr))
+            out_bytes = instr.shape.nbytes
+            op = inner.opcode
+            if op == "all-reduce" and out_bytes < inner.shape.nbytes:
+                op, in_bytes = "reduce-scatter", inner.shape.nbytes
+            duration = self.transfer_us(inner, op, in_bytes, out_bytes)
         self.span("compute", t, t + duration, instr, "wait")
         self.span(self.lane(("*",)), t, t + duration, instr, "collective")
         self.result.exposed_us += duration
