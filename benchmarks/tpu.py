@@ -21,6 +21,8 @@ against the schedule-based figure of each site, with the error.
 | swiglu  | g = all_gather(x, seq); silu(g @ w_gate) * (g @ w_up) @ w_down -> scatter |
 | qkv     | g = all_gather(x, seq); g @ wq, g @ wk, g @ wv (heads sharded)            |
 | fsdp    | x_local @ all_gather(w, d_model) (weight sharded on its rows)             |
+| gqa     | as qkv, keys and values d_model/8 wide (grouped-query attention, 8 of 64) |
+| attn_out| o_local @ wo -> psum_scatter(seq) (heads sharded: the attention output)   |
 
 Slices: v4:2x2x1 (8 TensorCores), v5e:2x4, v5p:2x2x2, v6e:2x4 (tensor parallelism over
 all 8 devices) and the pod-scale v5p:4x4x4 (64 chips as 8 data-parallel x 8
@@ -69,6 +71,8 @@ COLUMNS = [ORIGINAL, *VARIANTS, XLA]
 SLICES = [("v4:2x2x1", 1, 8), ("v5e:2x4", 1, 8), ("v5p:2x2x2", 1, 8), ("v6e:2x4", 1, 8),
           ("v5p:4x4x4", 8, 8)]
 LAYERS = ("mlp", "swiglu", "qkv", "fsdp")
+# The rest of a 70B-class block (issue 17's layers), run alone: --layers gqa,attn_out.
+MORE_LAYERS = ("gqa", "attn_out")
 # Two more pod-scale points, kept to two layers for time. v5e slices of 32 chips and
 # more keep collective-permutes synchronous (seen on v5e:4x8 and v5e:8x8).
 EXTRA = [("mlp", ("v6e:8x8", 8, 8)), ("fsdp", ("v6e:8x8", 8, 8)), ("mlp", ("v5e:8x8", 8, 8))]
@@ -120,6 +124,10 @@ def fsdp(x, w):
     return x @ ag(w, 0)
 
 
+def attn_out(o, wo):
+    return rs(o @ wo, 1)
+
+
 def layer(name: str, dims: Dims, mesh: Mesh):
     """(shard_map body, auto-sharded body, [(global shape, spec)], out specs)."""
     b, s, d, f = dims.batch * mesh.shape["dp"], dims.seq, dims.model, dims.hidden
@@ -144,6 +152,15 @@ def layer(name: str, dims: Dims, mesh: Mesh):
             return x @ wq, x @ wk, x @ wv
         heads = P("dp", None, "tp")
         return qkv, auto, [((b, s, d), seq)] + [((d, d), cols)] * 3, (heads,) * 3
+    if name == "gqa":
+        kv = d // 8
+        heads = P("dp", None, "tp")
+        return (qkv, lambda x, wq, wk, wv: (x @ wq, x @ wk, x @ wv),
+                [((b, s, d), seq), ((d, d), cols), ((d, kv), cols), ((d, kv), cols)],
+                (heads,) * 3)
+    if name == "attn_out":
+        return attn_out, (lambda o, wo: o @ wo), [((b, s, d), P("dp", None, "tp")),
+                                                   ((d, d), rows)], seq
     if name == "fsdp":
         tokens = P(("dp", "tp"), None)
         n = mesh.shape["dp"] * mesh.shape["tp"]
@@ -373,7 +390,8 @@ def main(argv=None) -> int:
     parser.add_argument("--table", metavar="PATH.md", help="write the markdown tables")
     parser.add_argument("--quick", action="store_true",
                         help="small shapes, v5e:2x4 and v6e:2x4 only (a smoke test)")
-    parser.add_argument("--layers", default=",".join(LAYERS))
+    parser.add_argument("--layers", default=",".join(LAYERS),
+                        help=f"comma-separated, of {', '.join(LAYERS + MORE_LAYERS)}")
     parser.add_argument("--no-70b", action="store_true",
                         help="leave out the 70B-class dims (on the 8-device slices)")
     parser.add_argument("--slices", default=",".join(s for s, _, _ in SLICES))
