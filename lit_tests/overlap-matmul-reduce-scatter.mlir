@@ -479,3 +479,36 @@ module @rs_prologue attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas
     return %1 : tensor<2x8xbf16>
   }
 }
+
+// -----
+
+// The sum of the dot and a bias is returned too (read after the scatter): each block of
+// this device's sum (its dot block plus its block of the bias) is written into a buffer
+// as the ring computes it, and that buffer replaces the sum.
+// CHECK-LABEL: func.func @biased_sum_second_user
+// CHECK-NOT: stablehlo.reduce_scatter
+// CHECK: %[[BS_D0:.*]] = stablehlo.dot_general
+// CHECK-NEXT: %[[BS_T0:.*]] = stablehlo.dynamic_slice %arg2,
+// CHECK-NEXT: %[[BS_S0:.*]] = stablehlo.add %[[BS_D0]], %[[BS_T0]]
+// CHECK-NEXT: stablehlo.dynamic_update_slice %{{[^ ]+}}, %[[BS_S0]],
+// CHECK-NEXT: "stablehlo.collective_permute"(%[[BS_S0]])
+// CHECK: stablehlo.while
+// CHECK: "stablehlo.collective_permute"(%{{[^ ]+}}#2)
+// CHECK: %[[BS_P1:.*]] = stablehlo.dynamic_update_slice %{{[^ ]+}}#1,
+// CHECK: %[[BS_SUM:.*]] = stablehlo.dynamic_update_slice %[[BS_P1]],
+// CHECK: return %{{[^ ]+}}, %[[BS_SUM]]
+// GONE-LABEL: func.func @biased_sum_second_user
+// GONE-NOT: stablehlo.reduce_scatter
+module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @biased_sum_second_user(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>, %bias: tensor<8x8xf32>) -> (tensor<2x8xf32>, tensor<8x8xf32>) {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %1 = stablehlo.add %0, %bias : tensor<8x8xf32>
+    // REMARK: overlap-matmul-reduce-scatter.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8x8xf32> scattered on dim 0 (free dim of operand 0) over groups of 4; 1 added term(s) (a bias) folded in: each device adds its own block of it once; the ring assembles the sum of its dots and added terms for 1 other reader(s);
+    %2 = "stablehlo.reduce_scatter"(%1) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %3 = stablehlo.add %a, %b : tensor<f32>
+      stablehlo.return %3 : tensor<f32>
+    }) : (tensor<8x8xf32>) -> tensor<2x8xf32>
+    return %2, %1 : tensor<2x8xf32>, tensor<8x8xf32>
+  }
+}

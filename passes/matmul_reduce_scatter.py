@@ -87,19 +87,25 @@ class OverlapMatmulReduceScatter(RewritePass):
             raise NoMatch
         if not is_add_reduction(scatter.regions[0]):
             raise Unsupported("reduction is not a plain add")
-        if adds:
-            chain = between[0].op if between else scatter
-            elsewhere = [as_op(use.owner) for use in top.results[0].uses
-                         if as_op(use.owner) != chain]
-            if elsewhere:
-                raise Unsupported(f"the sum of its dot and added terms is also read by "
-                                  f"{elsewhere[0].name}: the ring does not compute that sum",
-                                  kind="sum read elsewhere")
         readers = [use for dot in dots for use in dot.results[0].uses
                    if as_op(use.owner) not in adds and as_op(use.owner) not in
                    [view.op for view in between] and as_op(use.owner) != scatter]
-        if readers and (len(dots) > 1 or addends
-                        or not all(after(scatter, as_op(use.owner)) for use in readers)):
+        sum_read = False   # the sum (dots and added terms) has readers besides the chain
+        if adds:
+            chain = between[0].op if between else scatter
+            elsewhere = [use for use in top.results[0].uses if as_op(use.owner) != chain]
+            if elsewhere and (readers or not all(after(scatter, as_op(use.owner))
+                                                 for use in elsewhere)):
+                raise Unsupported(f"the sum of its dot and added terms is also read by "
+                                  f"{as_op(elsewhere[0].owner).name}"
+                                  + (" before it" if not readers else
+                                     ", and a dot of it by another op")
+                                  + ": the ring does not compute that sum there",
+                                  kind="sum read elsewhere")
+            readers, sum_read = elsewhere, bool(elsewhere)
+        if readers and not sum_read and (
+                len(dots) > 1 or addends
+                or not all(after(scatter, as_op(use.owner)) for use in readers)):
             raise Unsupported("the dot result has users other than the reduce_scatter"
                               + ("" if len(dots) == 1 and not addends else
                                  " (in a sum of dots or with an added term)")
@@ -125,8 +131,8 @@ class OverlapMatmulReduceScatter(RewritePass):
             detail += (f"; {len(addends)} added term(s) (a bias) folded in: each device adds "
                        "its own block of it once")
         if readers:
-            detail += (f"; the ring assembles the dot's product for {len(readers)} other "
-                       "reader(s)")
+            what = "the sum of its dots and added terms" if sum_read else "the dot's product"
+            detail += f"; the ring assembles {what} for {len(readers)} other reader(s)"
         if self.unroll > 1:
             detail += (f"; unroll={self.unroll} applies to all_gather rings only (this ring "
                        "runs one round per iteration)")
@@ -141,11 +147,12 @@ class OverlapMatmulReduceScatter(RewritePass):
                               whole_bytes=sum(w for w, _ in traffics),
                               sliced_bytes=sum(c for _, c in traffics),
                               spans_all_devices=ring.spans_all_devices)
-        others = shared_scatters(dots[0], scatter, scan) if readers else []
+        others = shared_scatters(dots[0], scatter, scan) if readers and not sum_read else []
         return Match(detail, top.results[0].type, ring, site,
                      lambda bidirectional: plan_of(ring.size, self, block, bidirectional),
                      build=ScatterSite(scatter, dots, adds, addends, between, dim, block,
-                                       readers, prologues, scatter_dim), others=others,
+                                       readers, prologues, scatter_dim, sum_read),
+                     others=others,
                      dots=[dot.location for dot in dots])
 
     def emit(self, match, plan, ring, rewriter, scan) -> None:
@@ -159,10 +166,15 @@ class OverlapMatmulReduceScatter(RewritePass):
                                         prologues=s.prologues)
             result = self.completed(s, result, scan)
         rewriter.replace_op(scatter, [result])
-        for dead in [*(view.op for view in reversed(s.between)), *s.adds]:
-            rewriter.erase_op(dead)
+        for view in reversed(s.between):
+            rewriter.erase_op(view.op)
+        for i, add in enumerate(s.adds):   # the outermost first: the whole sum
+            if i == 0 and s.sum_read:
+                rewriter.replace_op(add, [product])
+            else:
+                rewriter.erase_op(add)
         for dot in s.dots:
-            if product is not None:
+            if product is not None and not s.sum_read:
                 rewriter.replace_op(dot, [product])
             else:
                 rewriter.erase_op(dot)
@@ -193,6 +205,7 @@ class ScatterSite:
     readers: list                 # other readers of the product: the ring assembles it
     prologues: dict
     scatter_dim: int              # of the collective's result
+    sum_read: bool = False        # the readers read the sum (dots and added terms)
 
 
 def scatter_fed_by(dot: ir.Operation) -> ir.Operation | None:
@@ -350,7 +363,8 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
               ) -> tuple[ir.Value, ir.Value | None]:
     """The ring replacing reduce_scatter(sum of dots + added terms), built at the
     current insertion point as `plan` says; returns its result and, with `assemble`,
-    the (single) dot's whole product, each block written as the ring computes it.
+    this device's whole sum (of a single dot: its product), each block written as the
+    ring computes it.
 
     Two chains of accumulators travel the ring, skewed by half a round: in each round
     a chain computes its partial product, adds the accumulator it received and sends
@@ -413,10 +427,10 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
                     blocks, block_type_for(operand_dim, rows)))
             term = b.dot_like(dot, *operands, b.with_dim(part_type, result_dim, rows))
             whole = term if whole is None else b.add(whole, term)
-        if product is not None:
-            product = b.update_dim(product, whole, result_dim, offset)
         for term in rest:   # what is left: the added terms
             whole = b.add(whole, b.slice_dim(term, result_dim, offset, rows))
+        if product is not None:   # the dots' sum and the added terms
+            product = b.update_dim(product, whole, result_dim, offset)
         return widen(replay(views, whole)), product
 
     def widen(value):

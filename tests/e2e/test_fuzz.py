@@ -42,7 +42,7 @@ def plain_case(kind: str) -> fuzz.Case:
     ("scatter", "called", "rewritten"),
     ("gather", "uniform_cond", "rewritten"),   # a second dot inside a uniform branch
     ("scatter", "uniform_cond", "rewritten"),  # the dot before the branch
-    ("scatter", "biased_read", "unchanged"),   # the biased sum is read elsewhere too
+    ("scatter", "biased_read", "rewritten"),   # the biased sum, read after: assembled
     ("gather", "called_under_cond", "unchanged"),   # a ring would deadlock
     ("scatter", "called_under_cond", "unchanged"),
 ])

@@ -168,11 +168,41 @@ def biased_sum_read_twice(x, w, b):
     return jax.lax.psum_scatter(y, "i", scatter_dimension=0, tiled=True), jnp.sum(y)
 
 
-def test_biased_sum_read_elsewhere_is_left_unchanged():
+@pytest.mark.parametrize("shardy", [True, False])
+def test_biased_sum_read_after_the_scatter_is_assembled_by_the_ring(shardy):
+    """The sum of the dot and the bias is read again after the scatter: the ring writes
+    each block of this device's sum as it computes it, and that buffer replaces it."""
     prog = Program(biased_sum_read_twice, (8,), ("i",),
+                   [((64, 16), P()), ((16, 32), P()), ((64, 32), P())], (P("i"), P()))
+    counts = check(prog, shardy=shardy, rewritten=1)
+    assert counts["stablehlo.dynamic_update_slice"] >= 8   # every block of the sum
+
+
+def biased_sum_read_before(x, w, b):
+    y = x @ w + b
+    z = jnp.sin(y)
+    return jax.lax.psum_scatter(y, "i", scatter_dimension=0, tiled=True), z
+
+
+def test_biased_sum_read_before_the_scatter_is_left_unchanged():
+    prog = Program(biased_sum_read_before, (8,), ("i",),
                    [((64, 16), P()), ((16, 32), P()), ((64, 32), P())], (P("i"), P()))
     with pytest.warns(overlap_hlo.SitesLeftUnchanged, match="1 sum read elsewhere"):
         check(prog, rewritten=0, left=Counter({"stablehlo.reduce_scatter": 1}))
+
+
+def biased_psum_read_twice(x, w, b):
+    y = x @ w + b
+    return jax.lax.psum(y, "i"), y * 3
+
+
+def test_biased_psum_read_again_is_assembled_by_the_ring():
+    """The all_reduce pass builds the same ring (then its all_gather): the sum it
+    assembles replaces the one the multiply reads."""
+    prog = Program(biased_psum_read_twice, (8,), ("i",),
+                   [((64, 16), P(None, "i")), ((16, 32), P("i")), ((32,), P())],
+                   (P(), P(None, "i")))
+    check(prog, rewritten=1, left=Counter({"stablehlo.all_gather": 1}))
 
 
 def gathered_product_scattered_and_read(x, w):
