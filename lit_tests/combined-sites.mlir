@@ -46,17 +46,18 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // A bias added between the dot and the reduce_scatter: each part adds this device's
 // rows of the bias before the accumulator takes it, so every device adds its own bias
-// block exactly once, as in the original sum.
+// block exactly once, as in the original sum. The bias is a broadcast: its vector enters
+// the loop and is broadcast to each block (the whole broadcast is never written).
 // CHECK-LABEL: func.func @bias
-// CHECK: %[[BI_B:.*]] = stablehlo.broadcast_in_dim %arg2
+// CHECK-NOT: stablehlo.broadcast_in_dim %arg2, dims = [1] : (tensor<8xf32>) -> tensor<8x8xf32>
 // CHECK: %[[BI_P0:.*]] = stablehlo.dot_general
-// CHECK-NEXT: %[[BI_S0:.*]] = stablehlo.dynamic_slice %[[BI_B]], %{{[^ ]+}}, %{{[^ ]+}}, sizes = [1, 8]
+// CHECK-NEXT: %[[BI_S0:.*]] = stablehlo.broadcast_in_dim %arg2, dims = [1] : (tensor<8xf32>) -> tensor<1x8xf32>
 // CHECK-NEXT: %[[BI_A0:.*]] = stablehlo.add %[[BI_P0]], %[[BI_S0]] : tensor<1x8xf32>
 // CHECK-NEXT: "stablehlo.collective_permute"(%[[BI_A0]])
-// CHECK: stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %{{[^ ]+}} = %{{[^ ]+}}, %[[BI_RECV:[^ ]+]] = %{{[^ ]+}}, %{{[^ ]+}} = %arg0, %{{[^ ]+}} = %arg1, %[[BI_BB:[^ ]+]] = %[[BI_B]],
+// CHECK: stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %{{[^ ]+}} = %{{[^ ]+}}, %[[BI_RECV:[^ ]+]] = %{{[^ ]+}}, %{{[^ ]+}} = %arg0, %{{[^ ]+}} = %arg1, %[[BI_BB:[^ ]+]] = %arg2,
 // CHECK: } do {
 // CHECK: %[[BI_P:.*]] = stablehlo.dot_general
-// CHECK-NEXT: %[[BI_S:.*]] = stablehlo.dynamic_slice %[[BI_BB]]
+// CHECK-NEXT: %[[BI_S:.*]] = stablehlo.broadcast_in_dim %[[BI_BB]], dims = [1] : (tensor<8xf32>) -> tensor<1x8xf32>
 // CHECK-NEXT: %[[BI_A:.*]] = stablehlo.add %[[BI_P]], %[[BI_S]] : tensor<1x8xf32>
 // CHECK-NEXT: stablehlo.add %[[BI_A]], %[[BI_RECV]] : tensor<1x8xf32>
 // CHECK-NOT: stablehlo.reduce_scatter

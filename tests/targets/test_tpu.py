@@ -499,3 +499,25 @@ def test_a_reduce_scatter_libtpu_fuses_is_priced(topology):
                                     8, tuple(range(8)))
     assert left.time_us == pytest.approx(expected)
     assert analysis.total_us == pytest.approx(analysis.compute_us + left.time_us)
+
+
+def test_a_biased_scatter_broadcasts_its_bias_per_block():
+    """A bias vector added before the reduce_scatter: the ring broadcasts the vector to
+    each block. It used to slice blocks of the whole broadcast, which libtpu then wrote
+    out in full (70B-class rows on v5e:2x4: +570 us of compute, the ring 0.94x the
+    original; now 1.24x). Compute from the TPU compiler's estimates, as ratios."""
+    topology = "v5e:2x4"
+    topo = tpu.topology(topology)
+    mesh = Mesh(np.array(topo.devices), ("x",))
+
+    def biased(h, w, bias):
+        return jax.lax.psum_scatter(h @ w + bias, "x", scatter_dimension=0, tiled=True)
+
+    specs = (P(None, "x"), P("x", None), P())
+    args = [jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=NamedSharding(mesh, spec))
+            for shape, spec in zip(((4096, 28672), (28672, 8192), (8192,)), specs)]
+    fn = jax.jit(jax.shard_map(biased, mesh=mesh, in_specs=specs, out_specs=P("x")))
+    rep = report.build(fn.lower(*args), topology, threshold_mib=0, bidirectional=True)
+    assert rep.rewritten.permutes and all(p.overlapped for p in rep.rewritten.permutes)
+    assert "initialisation" not in rep.rewritten.compute_by_category()
+    assert rep.rewritten.compute_us < 1.15 * rep.original.compute_us
