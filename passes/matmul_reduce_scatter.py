@@ -93,16 +93,14 @@ class OverlapMatmulReduceScatter(RewritePass):
         sum_read = False   # the sum (dots and added terms) has readers besides the chain
         if adds:
             chain = between[0].op if between else scatter
-            elsewhere = [use for use in top.results[0].uses if as_op(use.owner) != chain]
-            if elsewhere and (readers or not all(after(scatter, as_op(use.owner))
-                                                 for use in elsewhere)):
+            # The dots of a sum are single-use (summed_dots): only the sum has readers.
+            readers = [use for use in top.results[0].uses if as_op(use.owner) != chain]
+            before = [use for use in readers if not after(scatter, as_op(use.owner))]
+            if before:
                 raise Unsupported(f"the sum of its dot and added terms is also read by "
-                                  f"{as_op(elsewhere[0].owner).name}"
-                                  + (" before it" if not readers else
-                                     ", and a dot of it by another op")
-                                  + ": the ring does not compute that sum there",
-                                  kind="sum read elsewhere")
-            readers, sum_read = elsewhere, bool(elsewhere)
+                                  f"{as_op(before[0].owner).name} before it: the ring "
+                                  "does not compute that sum there", kind="sum read elsewhere")
+            sum_read = bool(readers)
         if readers and not sum_read and (
                 len(dots) > 1 or addends
                 or not all(after(scatter, as_op(use.owner)) for use in readers)):
@@ -208,25 +206,13 @@ class ScatterSite:
     sum_read: bool = False        # the readers read the sum (dots and added terms)
 
 
-def _broadcast_dims(term: ir.Value) -> list[int] | None:
-    """The broadcast_dimensions of the broadcast_in_dim making `term`, or None."""
+def _broadcast_source(term: ir.Value) -> tuple[ir.Value, list[int] | None]:
+    """(its source, broadcast_dimensions) for a term made by broadcast_in_dim, else
+    (the term, None)."""
     op = defining_op(term)
     if op is None or op.name != "stablehlo.broadcast_in_dim":
-        return None
-    return list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
-
-
-def addend_block(term: ir.Value, dims: list[int] | None, block_type: ir.RankedTensorType,
-                 dim: int, offset: ir.Value, rows: int) -> ir.Value:
-    """Rows offset..offset+rows along `dim` of an added term: sliced from the term, or,
-    for a broadcast (`dims` given, `term` its source), its source broadcast to the block
-    (sliced first where the source spans `dim`)."""
-    if dims is None:
-        return b.slice_dim(term, dim, offset, rows)
-    if dim in dims and term.type.shape[dims.index(dim)] != 1:
-        term = b.slice_dim(term, dims.index(dim), offset, rows)
-    return stablehlo.broadcast_in_dim(
-        ir.RankedTensorType.get(block_type.shape, term.type.element_type), term, dims)
+        return term, None
+    return op.operands[0], list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
 
 
 def scatter_fed_by(dot: ir.Operation) -> ir.Operation | None:
@@ -449,7 +435,8 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
             term = b.dot_like(dot, *operands, b.with_dim(part_type, result_dim, rows))
             whole = term if whole is None else b.add(whole, term)
         for term, dims in zip(rest, broadcasts):   # what is left: the added terms
-            whole = b.add(whole, addend_block(term, dims, whole.type, result_dim, offset, rows))
+            whole = b.add(whole, b.slice_dim(term, result_dim, offset, rows) if dims is None
+                          else b.broadcast_rows(term, dims, whole.type, result_dim, offset))
         if product is not None:   # the dots' sum and the added terms
             product = b.update_dim(product, whole, result_dim, offset)
         return widen(replay(views, whole)), product
@@ -503,12 +490,10 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
     position = b.ring_position(ring)
     # A broadcast term (a bias) enters as its source, broadcast again per block: sliced
     # from the whole broadcast, it was written out in full (libtpu: 583 us, 70B rows).
-    broadcasts = [_broadcast_dims(term) for term in addends]
-    terms = [term if dims is None else as_op(term.owner).operands[0]
-             for term, dims in zip(addends, broadcasts)]
+    terms, broadcasts = zip(*map(_broadcast_source, addends)) if addends else ((), ())
     invariants = ([value for i, dot in enumerate(dots) for index in range(2)
                    for value in (prologues[(i, index)].sources if (i, index) in prologues
-                                 else [dot.operands[index]])] + terms + [position])
+                                 else [dot.operands[index]])] + list(terms) + [position])
     carried = (([b.buffer(dots[0].results[0].type, platform)] if held else [])
                + [None] * len(chains))
     carried = b.planned_rounds(plan, carried, invariants, round_)

@@ -234,6 +234,18 @@ def slice_dim(value: ir.Value, dim: int, offset: ir.Value, size: int) -> ir.Valu
                                    results=[with_dim(vtype, dim, size)])
 
 
+def broadcast_rows(source: ir.Value, dims: Sequence[int], block_type: ir.RankedTensorType,
+                   dim: int, offset: ir.Value) -> ir.Value:
+    """Rows of `broadcast_in_dim(source, dims)` along `dim`, starting at `offset`, as
+    `block_type`: the source broadcast to the block, sliced first along the source dim
+    that `dim` comes from unless that is 1 wide (the whole broadcast is never built)."""
+    dims = list(dims)
+    if dim in dims and source.type.shape[dims.index(dim)] != 1:
+        source = slice_dim(source, dims.index(dim), offset, block_type.shape[dim])
+    return stablehlo.broadcast_in_dim(
+        ir.RankedTensorType.get(block_type.shape, source.type.element_type), source, dims)
+
+
 def update_dim(target: ir.Value, update: ir.Value, dim: int, offset: ir.Value) -> ir.Value:
     """`dynamic_update_slice` of `update` into `target` at `offset` along `dim`."""
     starts = [offset if d == dim else zero_like(offset) for d in range(target.type.rank)]
