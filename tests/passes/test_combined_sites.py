@@ -104,6 +104,19 @@ def matmul_collectives(module) -> Counter:
     return left
 
 
+@pytest.mark.parametrize("options", OPTIONS, ids=OPTION_IDS)
+@pytest.mark.parametrize("per_row", [False, True], ids=["per-column", "per-row"])
+def test_broadcast_bias_is_broadcast_per_block(options, per_row):
+    """A bias vector broadcast over the rows (flax Dense), or one value per row (its
+    vector spans the scattered dim): each block broadcasts its part of the vector."""
+    def fn(x, w, b):
+        return RS(x @ w + (b[:, None] if per_row else b[None, :]), "x", scatter_dimension=0,
+                  tiled=True)
+
+    inputs = [((64, 16), P(None, "x")), ((16, 8), P("x")), ((64 if per_row else 8,), P())]
+    check(Program(fn, (8,), ("x",), inputs, P("x")), pipeline=pipeline(*options))
+
+
 @pytest.mark.parametrize("options", OPTIONS[:2], ids=OPTION_IDS[:2])
 @pytest.mark.parametrize("grad", [False, True], ids=["loss", "grad"])
 def test_docs_fsdp_tp_model_is_fully_decomposed(grad, options):
