@@ -422,7 +422,8 @@ class OverlapAllGatherMatmul(RewritePass):
             refusal = Unsupported(
                 "a ring that sums over the gathered (contracting) dim reads and writes its "
                 "whole sum in HBM every round on TPU (1.1-2.2x the dot's compute at 8 "
-                "devices, libtpu's estimates; slower than the original on v4 and v6e): "
+                "devices, libtpu's estimates; slower than the original at the paper's FSDP "
+                "dims on v4 and v6e): "
                 "overlap-report --tpu=SLICE tries it and keeps it where the compiled "
                 "schedule is faster (-o writes that module), tpu-summing-rings=true builds "
                 "it, or prefetch the gathered weight one layer ahead (XLA's collective "
@@ -627,13 +628,13 @@ def plan_of(n: int, options: RewritePass, sums: bool = False,
         bidirectional = bool(options.bidirectional)
     # Outside the TPU forms a ring that sums keeps one round per iteration unless asked:
     # XLA's GPU pipeline left unrolled ones' sends bare (FSDP on h100:8 one stream 1 of
-    # 2 overlapped). In the TPU forms (own shard last where the ring has two streams)
-    # one round per iteration copied the carried shards every iteration (v5e:2x4
-    # +492 us).
+    # 2 overlapped). In the TPU forms (RingPlan `tied_sums`) one round per iteration
+    # copied the carried shards every iteration (v5e:2x4 +492 us).
     tpu = options.platform == "tpu"
     unroll = options.unroll if options.unroll_given or not sums or tpu else 1
     return RingPlan(GATHER, n, bidirectional, unroll, in_loop_sum=sums,
-                    single_trip_loop=options.single_trip_loop, own_last=tpu)
+                    single_trip_loop=options.single_trip_loop, tied_sums=tpu,
+                    own_last=tpu and options.own_shard_last)
 
 
 def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
@@ -641,12 +642,13 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
     """One ring for all `consumers`, built at the current insertion point as `plan`
     says; the buffers it writes whole are `builders.buffer`s for `platform`.
 
-    Round 0 multiplies the device's own shard while sending it on (the TPU form of a
-    two-stream ring that sums multiplies it in the last round instead, RingPlan
-    `own_last`); round r multiplies
+    Round 0 multiplies the device's own shard while sending it on (the own-last TPU
+    form of a two-stream ring that sums multiplies it in the last round instead,
+    RingPlan `own_last`); round r multiplies
     the shard of position p + r (and p - r from the second stream when bidirectional)
     while sending both on; the last round sends nothing. For even N the two streams
-    meet at p + N/2: the up stream's last send is left out.
+    meet at p + N/2: the up stream's last send is left out. The TPU form of a ring
+    that sums ties each inline round's sum before the next adds to it (`tied_sums`).
     """
     n, streams = ring.size, plan.streams
 
@@ -684,13 +686,15 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
         fixed = isinstance(k, int)
         blocks = plan.blocks[k] if fixed else streams
         sending = plan.sends[k] if fixed else streams
-        if (k != 0 and sending and any(_made_here(acc) for acc in accs)
-                and not (fixed and plan.own_in_last_round)):
+        if fixed and k != 0 and plan.tied_sums and plan.in_loop_sum:
+            # An inline round of the TPU form of a ring that sums: the sum so far, alone
+            # (RingPlan `tied_sums`). Tying the shards too kept each add out of the
+            # next dot's fusion (v5p:2x2x2 1555 -> 1588 us).
+            accs = [b.barrier([acc])[0] if _made_here(acc) else acc for acc in accs]
+        elif k != 0 and sending and any(_made_here(acc) for acc in accs):
             # The previous round's products first (one optimization_barrier): the
             # compiler then runs that round's dots while its shifts travel, not while
             # these do (an unrolled TPU loop left one permute per iteration bare).
-            # Not between the inline rounds of the TPU summing form: there it kept
-            # each add out of the next dot's fusion (v5p:2x2x2 1555 -> 1588 us).
             tied = iter(b.barrier([v for v in held + accs if v is not None]))
             held, accs = ([None if v is None else next(tied) for v in values]
                           for values in (held, accs))

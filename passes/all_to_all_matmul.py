@@ -131,7 +131,8 @@ class OverlapAllToAllMatmul(RewritePass):
             refusal = Unsupported(
                 "its chunks' products are summed, and on TPU each step reads and writes the "
                 "whole sum in HBM (as a gather ring over a contracting dim: slower than the "
-                "original on v4 and v6e); tpu-summing-rings=true builds it",
+                "original at the paper's FSDP dims on v4 and v6e); tpu-summing-rings=true "
+                "builds it",
                 kind="summing ring on TPU")
         return Match(detail, y, ring, shape, lambda bidirectional: _plan(ring.size),
                      build=site, dots=[dot.location], refusal=refusal)

@@ -360,7 +360,11 @@ def add_pass_flags(parser: argparse.ArgumentParser) -> None:
                         default=None,
                         help="build rings that sum over a contracting gathered dim (FSDP) "
                              "for TPU too (default: left unchanged there; slower than the "
-                             "original on v4 and v6e in libtpu's estimates)")
+                             "original in some cases in libtpu's estimates)")
+    parser.add_argument("--own-shard-last", action="store_const", const=True, default=None,
+                        help="in the TPU form of a two-stream ring that sums, multiply the "
+                             "device's own shard last (every dot over two shards) instead "
+                             "of first")
 
 
 def pass_flags(args: argparse.Namespace) -> dict:
@@ -368,7 +372,8 @@ def pass_flags(args: argparse.Namespace) -> dict:
     given = {"threshold_mib": args.threshold_mib, "hardware": args.hardware,
              "bidirectional": args.bidirectional, "unroll": args.unroll,
              "f32_sums": args.f32_sums, "target": args.target,
-             "tpu_summing_rings": args.tpu_summing_rings}
+             "tpu_summing_rings": args.tpu_summing_rings,
+             "own_shard_last": args.own_shard_last}
     return {key: value for key, value in given.items() if value is not None}
 
 

@@ -149,8 +149,8 @@ def list_passes() -> str:
         "too, e.g. --pass-pipeline='builtin.module(overlap-all-gather-matmul"
         "{threshold-mib=0},canonicalize,cse)'.",
         f"Default pipeline: {overlap_hlo.DEFAULT_PIPELINE}",
-        "--threshold-mib, --hardware, --bidirectional, --unroll, --f32-sums, --target and "
-        "--tpu-summing-rings set these options for every overlap pass",
+        "--threshold-mib, --hardware, --bidirectional, --unroll, --f32-sums, --target, "
+        "--tpu-summing-rings and --own-shard-last set these options for every overlap pass",
         "whose pipeline text leaves them unset. Sites are decided by size "
         f"(threshold-mib, default {overlap_hlo.DEFAULT_THRESHOLD_MIB:g} MiB)",
         "unless a hardware profile is named and no threshold is: then by the cost model.",

@@ -3,6 +3,7 @@ rewrite and report, per site, what the compiler's schedule overlaps.
 
     overlap-report IN (--tpu=v5e:2x4 | --gpu=h100:8) [--bidirectional] [--unroll=U]
                    [--threshold-mib=F] [--f32-sums] [--tpu-summing-rings]
+                   [--own-shard-last]
                    [--target=tpu|gpu|cpu]   (default: the TPU forms)
                    [--hardware=NAME] [--pass-pipeline=P] [--json OUT] [--timeline OUT.svg]
                    [-o OUT.mlir]

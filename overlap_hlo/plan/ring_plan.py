@@ -29,14 +29,22 @@ runs in the loop:
   (`sums_from_zeros`);
 - otherwise the rounds that fill no iteration run before the loop.
 Not when fewer than 2 rounds have the loop's form.
-The TPU form of a two-stream ring that sums, even N >= 4 (`own_last`): every dot
-contracts two shards. Round 0 only sends (its shifts are exposed); round k of
-1..N/2-1 multiplies p+k and p-k; the last round multiplies p+N/2 beside the device's
-own shard. One product fewer of the result's size than round 0 alone plus a shared
-round, each a full read and write of the sum (libtpu's estimates: the paper's FSDP
-layer 1698 -> 1555 us on v5p:2x2x2, 4219 -> 3659 us on v5e:2x4). A loop holds
-rounds 2..N/2-1 (round 1 starts the sum) when they fill two iterations or more; else
-every round is inline.
+The TPU form of a ring that sums (`tied_sums`): each inline round's sum passes
+through an optimization_barrier before the next round adds to it; libtpu otherwise
+reassociated the sum into independent products added at the end, all of them live at
+once (70B-class FSDP up projection, two streams, v6e:2x4: 4187 us against 3475 tied).
+With two streams it keeps the all_gather layout (the own shard in round 0, beside the
+first shifts; p+N/2 alone in the last round), inline unless its uniform rounds fill
+two loop iterations or more (libtpu scheduled a one-trip loop's sends bare). Or, even
+N >= 4 (`own_last`), every dot contracts two shards: round 0 only sends (its shifts
+are exposed), round k of 1..N/2-1 multiplies p+k and p-k, the last round p+N/2
+beside the device's own shard: one product of the result's size fewer, each a read
+and write of the sum. Neither wins everywhere (libtpu's estimates, 8 devices): the
+paper's FSDP layer 4254 (own shard first) against 3659 us (last) on v5e:2x4, 1720
+against 1555 on v5p:2x2x2; 70B-class, 6890 against 7151 on v5e, 3358 against 3501 on
+v5p, 3365 against 3475 on v6e. A loop holds rounds 2..N/2-1 of the own-last layout
+(round 1 starts the sum) when they fill two iterations or more; else every round is
+inline.
 
 A loop that would run once is not built (`single_trip_loop` false): its rounds are
 emitted inline; XLA's GPU pipeline made the sends before such a loop synchronous. A
@@ -74,7 +82,8 @@ class RingPlan:
     in_loop_sum: bool = False     # gather rings that sum products (module docstring)
     chains: int = 2               # reduce_scatter, one stream: a block's halves (or 1)
     single_trip_loop: bool = False  # build a loop that runs once (the TPU forms)
-    own_last: bool = False        # summing two-stream rings: the own shard last (docstring)
+    tied_sums: bool = False       # rings that sum: the TPU form (module docstring)
+    own_last: bool = False        # its two-stream layout: the own shard last (docstring)
 
     streams: int = field(init=False)
     own_in_last_round: bool = field(init=False)   # own_last applies (docstring)
@@ -93,18 +102,22 @@ class RingPlan:
         streams = 2 if self.bidirectional and n > 2 else 1
         if self.chains not in (1, 2):
             raise ValueError(f"a reduce_scatter ring has 1 or 2 chains, got {self.chains}")
-        own_last = (self.own_last and self.kind == GATHER and self.in_loop_sum
-                    and streams == 2 and n % 2 == 0 and n >= 4)
+        tpu_sum = self.tied_sums and self.kind == GATHER and self.in_loop_sum
+        own_last = (tpu_sum and self.own_last and streams == 2 and n % 2 == 0 and n >= 4)
         if self.kind == SCATTER:
             blocks, sends, start, stop = _scatter(n, streams, self.chains)
         elif own_last:
             blocks, sends, start, stop = _own_last_gather(n, self.unroll)
+        elif tpu_sum and streams == 2:
+            blocks, sends, start, stop = _gather(n, streams)
+            if (stop - start) // self.unroll < 2:
+                start = stop              # inline (a one-trip loop's sends ran bare)
         elif self.in_loop_sum:
             blocks, sends, start, stop = _summing_gather(n, streams, self.unroll)
         else:
             blocks, sends, start, stop = _gather(n, streams)
         if (stop - start) // self.unroll == 1 and not self.single_trip_loop:
-            if self.in_loop_sum and self.kind == GATHER and not own_last:
+            if self.in_loop_sum and self.kind == GATHER and not tpu_sum:
                 blocks, sends, start, stop = _gather(n, streams)
             start = stop
         for name, value in (("streams", streams), ("own_in_last_round", own_last),

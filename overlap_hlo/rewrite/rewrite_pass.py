@@ -100,8 +100,14 @@ class RewritePass:
     tpu_summing_rings: bool = field(default=False, metadata={
         "help": "overlap-all-gather-matmul: build rings that sum over a contracting "
                 "gathered dim (FSDP) for TPU too (default: left unchanged there, as libtpu "
-                "prices them slower than the original on v4 and v6e; overlap-report tries "
+                "prices them slower than the original in some cases (the paper's FSDP layer on "
+                "v4 and v6e); overlap-report tries "
                 "them and keeps them only where the compiled schedule is faster)"})
+    own_shard_last: bool = field(default=False, metadata={
+        "help": "overlap-all-gather-matmul, the TPU form of a two-stream ring that sums: "
+                "multiply the device's own shard last, beside the shard both streams "
+                "reach last (every dot over two shards, round 0's shifts bare), instead "
+                "of first (one product of the sum's size more); overlap-report tries both"})
 
     target: str = field(default="", metadata={
         "help": "the backend the module will be compiled for: tpu or gpu (buffers the "

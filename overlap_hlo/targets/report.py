@@ -101,17 +101,20 @@ SLOWER_TOLERANCE = 0.005   # a site within 0.5% of the original is not called sl
 # original when none is faster: the cost model prices sites one at a time, the compiled
 # schedule sees what they do to each other (a weight no longer prefetched into fast
 # memory beside a ring). The first is the cost model's own choice: its sites' records
-# say what was decided when the original is kept. The last builds the summing rings
-# the TPU forms otherwise leave unchanged (FSDP: faster on v5e and v5p, slower on v4
-# and v6e in libtpu's estimates); TPU only, and a module without one is the second,
-# compiled once.
+# say what was decided when the original is kept. The last two build the summing rings
+# the TPU forms otherwise leave unchanged (FSDP), in their two layouts (the own shard
+# first or last: neither is faster everywhere); TPU only, and a module without one is
+# the second, compiled once.
 CANDIDATES = {"per site": {},
               "every site, two streams": {"threshold_mib": 0, "bidirectional": True},
               "every site, one stream": {"threshold_mib": 0, "bidirectional": False},
               "every site, two streams, summing rings": {
-                  "threshold_mib": 0, "bidirectional": True, "tpu_summing_rings": True}}
+                  "threshold_mib": 0, "bidirectional": True, "tpu_summing_rings": True},
+              "every site, two streams, summing rings, own shard last": {
+                  "threshold_mib": 0, "bidirectional": True, "tpu_summing_rings": True,
+                  "own_shard_last": True}}
 ORIGINAL = "the original"
-# A fifth candidate, built when the four disagree on which is fastest for different
+# A sixth candidate, built when the five disagree on which is fastest for different
 # passes: each ring pass with the options of the candidate whose sites of that pass
 # took least time in the compiled schedules, or left unchanged where the original's
 # sites took less (a gather ring in two streams beside the original scatter, say).

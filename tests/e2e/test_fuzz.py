@@ -71,6 +71,15 @@ def test_target_forms_run_with_their_buffers_poisoned(target, role):
     assert fuzz.run(case)[0] == "rewritten"
 
 
+@pytest.mark.parametrize("seed", [2, 3])
+def test_tpu_summing_ring_layouts(seed):
+    """The fuzzer's TPU summing rings put the own shard first (even seeds) or last (odd;
+    4 devices, two streams): both agree with the original, buffers poisoned."""
+    case = dataclasses.replace(plain_case("gather"), role="contracting", contracting=(16,),
+                               bidirectional=True, target="tpu", seed=seed)
+    assert fuzz.run(case)[0] == "rewritten"
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_promoted_reduce_scatters(seed):
     case = fuzz.draw_promoted(random.Random(seed), seed)

@@ -101,9 +101,10 @@ def test_buffers_written_whole(name, bidirectional, target):
         assert_runs_as_the_original(prog, lowered, module)
 
 
-# tpu-summing-rings: the TPU form of a ring that sums over a contracting gathered dim
-# (own shard last), alone and inside an FSDP x TP layer's scatter ring (whose gather
-# ring assembles the gathered weight for the layer's other readers).
+# tpu-summing-rings: the TPU forms of a ring that sums over a contracting gathered dim
+# (own shard first, its sum tied each round; or last), alone and inside an FSDP x TP
+# layer's scatter ring (whose gather ring assembles the gathered weight for the layer's
+# other readers).
 SUMMING = {
     "fsdp": (lambda x, w: x @ AG(w, "x", axis=0, tiled=True), (8,), ("x",),
              [((64, 32), P("x")), ((32, 16), P("x"))], P("x")),
@@ -122,16 +123,19 @@ SUMMING = {
 }
 
 
+@pytest.mark.parametrize("own_last", [False, True])
 @pytest.mark.parametrize("name", SUMMING)
-def test_tpu_summing_rings_match_the_original(name):
+def test_tpu_summing_rings_match_the_original(name, own_last):
     fn, mesh, axes, inputs, out_specs = SUMMING[name]
     prog = Program(fn, mesh, axes, inputs, out_specs)
     with partitioner(True):
         lowered = prog.jitted().lower(*prog.args())
         module = overlap_hlo.parse(lowered.as_text())
         sites = overlap_hlo.rewrite_module(module, threshold_mib=0, target="tpu",
-                                           bidirectional=True, tpu_summing_rings=True)
-        assert any(s.applied and s.plan.own_in_last_round for s in sites), \
+                                           bidirectional=True, tpu_summing_rings=True,
+                                           own_shard_last=own_last)
+        assert any(s.applied and s.plan.tied_sums and s.plan.in_loop_sum
+                   and s.plan.own_in_last_round == own_last for s in sites), \
             [s.format() for s in sites]
         poison_buffers(module)
         counts = op_counts(module)

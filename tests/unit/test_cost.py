@@ -133,7 +133,8 @@ def test_serial_sums_price_each_read_and_write_of_the_sum():
                                                          in_loop_sum=True))
     summing = dataclasses.replace(plain, sum_bytes=1000.0)
     own_last = dataclasses.replace(summing, plan=RingPlan("gather", 8, True, 1,
-                                                          in_loop_sum=True, own_last=True))
+                                                          in_loop_sum=True, tied_sums=True,
+                                                          own_last=True))
     assert cost.estimate(summing, hw).after_us == cost.estimate(plain, hw).after_us
     serial = dataclasses.replace(hw, serial_sums=True)
     # Own shard in round 0, then 4 rounds that add (the last one shared): 4 adds.

@@ -220,9 +220,9 @@ def test_summing_gather_rounds(n, bidi, unroll, blocks, sends, start, stop, afte
     (18, 2, (0,) + (2,) * 9, (2,) * 9 + (0,), 3, 9),   # round 2 before the loop
 ])
 def test_tpu_summing_gather_rounds(n, unroll, blocks, sends, start, stop):
-    """The TPU form of a two-stream summing ring (own_last): every dot multiplies two
+    """The own-last TPU form of a two-stream summing ring: every dot multiplies two
     shards, each shard once; the first shifts have no dot beside them."""
-    plan = RingPlan(GATHER, n, True, unroll, in_loop_sum=True, own_last=True,
+    plan = RingPlan(GATHER, n, True, unroll, in_loop_sum=True, tied_sums=True, own_last=True,
                     single_trip_loop=True)
     assert plan.own_in_last_round
     assert (plan.blocks, plan.sends, plan.loop_start, plan.loop_stop) == (blocks, sends,
@@ -234,13 +234,33 @@ def test_tpu_summing_gather_rounds(n, unroll, blocks, sends, start, stop):
 
 
 @pytest.mark.parametrize("n, bidi", [(7, True), (8, False), (2, True)])
-def test_tpu_summing_form_needs_two_streams_and_even_n(n, bidi):
-    """Odd groups and one stream keep the summing layout (own shard in round 0)."""
-    plan = RingPlan(GATHER, n, bidi, 1, in_loop_sum=True, own_last=True)
-    summing = RingPlan(GATHER, n, bidi, 1, in_loop_sum=True)
-    assert not plan.own_in_last_round
-    assert (plan.blocks, plan.sends, plan.loop_start) == (summing.blocks, summing.sends,
-                                                          summing.loop_start)
+def test_own_last_needs_two_streams_and_even_n(n, bidi):
+    """Odd groups and one stream keep the own shard in round 0 (the TPU layout of two
+    streams, the summing layout of one); own_last needs tied_sums (the TPU form)."""
+    plan = RingPlan(GATHER, n, bidi, 1, in_loop_sum=True, tied_sums=True, own_last=True)
+    first = RingPlan(GATHER, n, bidi, 1, in_loop_sum=True, tied_sums=True)
+    assert not plan.own_in_last_round and plan.blocks[0] == 1
+    assert (plan.blocks, plan.sends, plan.loop_start) == (first.blocks, first.sends,
+                                                          first.loop_start)
+    assert not RingPlan(GATHER, 8, True, 1, in_loop_sum=True, own_last=True).own_in_last_round
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 6, 7, 8, 10, 16, 17, 32])
+@pytest.mark.parametrize("unroll", [1, 2, 3, 4])
+def test_tpu_summing_gather_rounds_own_first(n, unroll):
+    """The TPU form of a two-stream summing ring (tied_sums): the all_gather ring's
+    layout (own shard alone in round 0 beside the first shifts, p+N/2 alone last, no
+    shared round), inline unless its uniform rounds fill two iterations or more."""
+    plan = RingPlan(GATHER, n, True, unroll, in_loop_sum=True, tied_sums=True,
+                    single_trip_loop=True)
+    last = n // 2
+    uniform = last - 2 if n % 2 == 0 else last - 1     # rounds 1.. that send on both
+    trips = uniform // unroll if uniform // unroll >= 2 else 0
+    assert plan.blocks == (1,) + (2,) * (last - 1) + ((1,) if n % 2 == 0 else (2,))
+    assert plan.sends[-1] == 0 and sum(plan.sends) == n - 1 and plan.trip_count == trips
+    assert plan.loop_start == (1 if trips else plan.loop_stop)
+    assert plan.shared_rounds == () and not plan.sums_from_zeros and sum(plan.blocks) == n
+    assert not plan.own_in_last_round and plan.idle_rounds == (plan.rounds - 1,)
 
 
 def test_emitted_summing_loops_are_the_plan():
@@ -261,7 +281,18 @@ def test_emitted_summing_loops_are_the_plan():
                                              unroll=unroll, target="tpu",
                                              tpu_summing_rings=True)
         plan = RingPlan(GATHER, n, bidi, unroll, in_loop_sum=True, single_trip_loop=True,
-                        own_last=True)
+                        tied_sums=True)
+        assert site.applied and site.plan == plan, (n, bidi, unroll)
+        trips, built, executed = structure(module)
+        assert trips == ([plan.trip_count] if plan.trip_count else []), (plan, trips)
+        assert built == plan.permutes and executed == plan.transfers, plan
+        module = overlap_hlo.parse(SUMMING_GATHER_MODULE.format(
+            n=n, full=2 * n, group=list(range(n)), handle=1, manual=""))
+        (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
+                                             unroll=unroll, target="tpu",
+                                             tpu_summing_rings=True, own_shard_last=True)
+        plan = RingPlan(GATHER, n, bidi, unroll, in_loop_sum=True, single_trip_loop=True,
+                        tied_sums=True, own_last=True)
         assert site.applied and site.plan == plan, (n, bidi, unroll)
         trips, built, executed = structure(module)
         assert trips == ([plan.trip_count] if plan.trip_count else []), (plan, trips)
@@ -286,11 +317,13 @@ def test_summing_rings_compute_the_gathered_dot(n):
         assert site.applied, site.format()
         got = run_spmd_module(overlap_hlo.serialize(module), 1, n, inputs)[0]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=site.plan.describe())
-    for unroll in (1, 2, 3):   # the TPU form (own shard last) runs on CPU too
+    # The TPU forms (the own shard first, or last) run on CPU too.
+    for unroll, last in itertools.product((1, 2, 3), (False, True)):
         module = overlap_hlo.parse(text)
         (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=True,
                                              unroll=unroll, target="tpu",
-                                             tpu_summing_rings=True)
-        assert site.applied and site.plan.own_last, site.format()
+                                             tpu_summing_rings=True, own_shard_last=last)
+        assert site.applied and site.plan.tied_sums, site.format()
+        assert site.plan.own_in_last_round == (last and n % 2 == 0 and n >= 4)
         got = run_spmd_module(overlap_hlo.serialize(module), 1, n, inputs)[0]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=site.plan.describe())
