@@ -264,36 +264,19 @@ def test_tpu_summing_gather_rounds_own_first(n, unroll):
 
 
 def test_emitted_summing_loops_are_the_plan():
-    """A contracting gathered dim: the loops are the in_loop_sum plan's."""
-    for n, bidi, unroll in GRID:
+    """A contracting gathered dim: the loops are the in_loop_sum plan's, in the forms
+    every backend runs and in both layouts of the TPU form."""
+    tpu = dict(single_trip_loop=True, tied_sums=True)
+    forms = [({}, {}), (dict(target="tpu", tpu_summing_rings=True), tpu),
+             (dict(target="tpu", tpu_summing_rings=True, own_shard_last=True),
+              dict(tpu, own_last=True))]
+    for (n, bidi, unroll), (options, plan_options) in itertools.product(GRID, forms):
         module = overlap_hlo.parse(SUMMING_GATHER_MODULE.format(
             n=n, full=2 * n, group=list(range(n)), handle=1, manual=""))
         (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
-                                             unroll=unroll)
-        plan = RingPlan(GATHER, n, bidi, unroll, in_loop_sum=True)
-        assert site.applied and site.plan == plan, (n, bidi, unroll)
-        trips, built, executed = structure(module)
-        assert trips == ([plan.trip_count] if plan.trip_count else []), (plan, trips)
-        assert built == plan.permutes and executed == plan.transfers, plan
-        module = overlap_hlo.parse(SUMMING_GATHER_MODULE.format(
-            n=n, full=2 * n, group=list(range(n)), handle=1, manual=""))
-        (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
-                                             unroll=unroll, target="tpu",
-                                             tpu_summing_rings=True)
-        plan = RingPlan(GATHER, n, bidi, unroll, in_loop_sum=True, single_trip_loop=True,
-                        tied_sums=True)
-        assert site.applied and site.plan == plan, (n, bidi, unroll)
-        trips, built, executed = structure(module)
-        assert trips == ([plan.trip_count] if plan.trip_count else []), (plan, trips)
-        assert built == plan.permutes and executed == plan.transfers, plan
-        module = overlap_hlo.parse(SUMMING_GATHER_MODULE.format(
-            n=n, full=2 * n, group=list(range(n)), handle=1, manual=""))
-        (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
-                                             unroll=unroll, target="tpu",
-                                             tpu_summing_rings=True, own_shard_last=True)
-        plan = RingPlan(GATHER, n, bidi, unroll, in_loop_sum=True, single_trip_loop=True,
-                        tied_sums=True, own_last=True)
-        assert site.applied and site.plan == plan, (n, bidi, unroll)
+                                             unroll=unroll, **options)
+        plan = RingPlan(GATHER, n, bidi, unroll, in_loop_sum=True, **plan_options)
+        assert site.applied and site.plan == plan, (n, bidi, unroll, options)
         trips, built, executed = structure(module)
         assert trips == ([plan.trip_count] if plan.trip_count else []), (plan, trips)
         assert built == plan.permutes and executed == plan.transfers, plan
