@@ -32,7 +32,7 @@ from overlap_hlo.ir.dominance import after
 from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
 from overlap_hlo.ir.lookthrough import (TRANSPARENT, View, add_leaves, only_transparent,
                                         producer, replay, view_backward)
-from overlap_hlo.ir.ops import as_op, defining_op
+from overlap_hlo.ir.ops import as_op, broadcast_source, defining_op
 from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.passes.epilogue import Epilogue, block_type_for, find_prologue
 from overlap_hlo.plan import cost
@@ -204,15 +204,6 @@ class ScatterSite:
     prologues: dict
     scatter_dim: int              # of the collective's result
     sum_read: bool = False        # the readers read the sum (dots and added terms)
-
-
-def _broadcast_source(term: ir.Value) -> tuple[ir.Value, list[int] | None]:
-    """(its source, broadcast_dimensions) for a term made by broadcast_in_dim, else
-    (the term, None)."""
-    op = defining_op(term)
-    if op is None or op.name != "stablehlo.broadcast_in_dim":
-        return term, None
-    return op.operands[0], list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
 
 
 def scatter_fed_by(dot: ir.Operation) -> ir.Operation | None:
@@ -490,7 +481,7 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
     position = b.ring_position(ring)
     # A broadcast term (a bias) enters as its source, broadcast again per block: sliced
     # from the whole broadcast, it was written out in full (libtpu: 583 us, 70B rows).
-    terms, broadcasts = zip(*map(_broadcast_source, addends)) if addends else ((), ())
+    terms, broadcasts = zip(*map(broadcast_source, addends)) if addends else ((), ())
     invariants = ([value for i, dot in enumerate(dots) for index in range(2)
                    for value in (prologues[(i, index)].sources if (i, index) in prologues
                                  else [dot.operands[index]])] + list(terms) + [position])

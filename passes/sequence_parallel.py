@@ -41,7 +41,7 @@ from overlap_hlo.ir.dominance import callee, private_calls
 from overlap_hlo.ir.dots import tensor_bytes
 from overlap_hlo.ir.lookthrough import DOTS, users_through_views
 from overlap_hlo.ir import ops
-from overlap_hlo.ir.ops import as_op, contains, defining_op
+from overlap_hlo.ir.ops import as_op, contains
 from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.rewrite import builders as b
 from overlap_hlo.rewrite.rewrite_pass import restore, verification_error
@@ -506,12 +506,8 @@ def _rows_of(value: ir.Value, dim: int, parts: int, position: ir.Value) -> ir.Va
     `dim`: a smaller broadcast when the dim is broadcast, else a dynamic_slice."""
     vtype = value.type
     rows = vtype.shape[dim] // parts
-    op = defining_op(value)
-    if op is not None and op.name == "stablehlo.broadcast_in_dim":
-        mapped = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
-        source = op.operands[0].type.shape
-        if dim not in mapped or source[mapped.index(dim)] == 1:
-            return stablehlo.broadcast_in_dim(b.with_dim(vtype, dim, rows), op.operands[0],
-                                              mapped)
+    source, dims = ops.broadcast_source(value)
+    if dims is not None and not ops.varies_along(source, dims, dim):
+        return stablehlo.broadcast_in_dim(b.with_dim(vtype, dim, rows), source, dims)
     offset = b.block_offset(position, 0, parts, rows)
     return b.slice_dim(value, dim, offset, rows)

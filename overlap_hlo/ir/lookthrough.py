@@ -30,7 +30,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.ir.dominance import callee
-from overlap_hlo.ir.ops import ELEMENTWISE, as_op
+from overlap_hlo.ir.ops import ELEMENTWISE, as_op, broadcast_source, varies_along
 
 TRANSPARENT = frozenset({"sdy.sharding_constraint"})
 
@@ -83,14 +83,10 @@ def view_forward(op: ir.Operation, operand: int, dim: int, reading: bool = True
         merged = merged_dim(op.operands[0].type.shape, op.results[0].type.shape, dim)
         return None if merged is None else View(op, dim, merged[0], factor=merged[1])
     if name == "stablehlo.multiply" and reading:
-        other = op.operands[1 - operand]
-        broadcast = as_op(other.owner) if isinstance(other, ir.OpResult) else None
-        if broadcast is not None and broadcast.name == "stablehlo.broadcast_in_dim":
-            scale = broadcast.operands[0]
-            varies = [scale.type.shape[i] != 1 for i, d in enumerate(
-                _ints(broadcast.attributes["broadcast_dimensions"])) if d == dim]
-            if not any(varies):   # the scale is the same for every block along `dim`
-                return View(op, dim, dim, operand, (scale,))
+        scale, dims = broadcast_source(op.operands[1 - operand])
+        if dims is not None and not varies_along(scale, dims, dim):
+            # the scale is the same for every block along `dim`
+            return View(op, dim, dim, operand, (scale,))
     if name == "stablehlo.dynamic_slice" and reading and operand == 0:
         sizes = _ints(op.attributes["slice_sizes"])
         if sizes[dim] == op.operands[0].type.shape[dim]:   # the whole dim: blocks stay blocks

@@ -22,6 +22,21 @@ def defining_op(value: ir.Value) -> ir.Operation | None:
     return as_op(value.owner) if isinstance(value, ir.OpResult) else None
 
 
+def broadcast_source(value: ir.Value) -> tuple[ir.Value, list[int] | None]:
+    """(its source, broadcast_dimensions) for a value made by broadcast_in_dim, else
+    (the value, None)."""
+    op = defining_op(value)
+    if op is None or op.name != "stablehlo.broadcast_in_dim":
+        return value, None
+    return op.operands[0], list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
+
+
+def varies_along(source: ir.Value, dims: list[int], dim: int) -> bool:
+    """Whether `broadcast_in_dim(source, dims)` varies along its result dim `dim`: `dim`
+    comes from a source dim wider than 1."""
+    return dim in dims and source.type.shape[dims.index(dim)] != 1
+
+
 def contains(op: ir.Operation, names) -> bool:
     """Whether an op named `names` (one name or a set of them) is anywhere in `op`; the
     walk stops at the first."""

@@ -15,6 +15,7 @@ from jaxlib.mlir.dialects import sdy, stablehlo
 
 from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.groups.manual import manual_axes_attr
+from overlap_hlo.ir.ops import varies_along
 
 if TYPE_CHECKING:
     from overlap_hlo.plan.ring_plan import RingPlan
@@ -240,7 +241,7 @@ def broadcast_rows(source: ir.Value, dims: Sequence[int], block_type: ir.RankedT
     `block_type`: the source broadcast to the block, sliced first along the source dim
     that `dim` comes from unless that is 1 wide (the whole broadcast is never built)."""
     dims = list(dims)
-    if dim in dims and source.type.shape[dims.index(dim)] != 1:
+    if varies_along(source, dims, dim):
         source = slice_dim(source, dims.index(dim), offset, block_type.shape[dim])
     return stablehlo.broadcast_in_dim(
         ir.RankedTensorType.get(block_type.shape, source.type.element_type), source, dims)
