@@ -503,11 +503,14 @@ def _shards_dim(op: ir.Operation, dim: int) -> bool:
 
 def _rows_of(value: ir.Value, dim: int, parts: int, position: ir.Value) -> ir.Value:
     """This device's rows of `value` (the same on every device of the group) along
-    `dim`: a smaller broadcast when the dim is broadcast, else a dynamic_slice."""
+    `dim`: a smaller broadcast of the source's rows when `value` is a broadcast (the
+    whole one is never built), else a dynamic_slice."""
     vtype = value.type
     rows = vtype.shape[dim] // parts
     source, dims = ops.broadcast_source(value)
-    if dims is not None and not ops.varies_along(source, dims, dim):
-        return stablehlo.broadcast_in_dim(b.with_dim(vtype, dim, rows), source, dims)
-    offset = b.block_offset(position, 0, parts, rows)
+    offset = None
+    if dims is None or ops.varies_along(source, dims, dim):
+        offset = b.block_offset(position, 0, parts, rows)
+    if dims is not None:
+        return b.broadcast_rows(source, dims, b.with_dim(vtype, dim, rows), dim, offset)
     return b.slice_dim(value, dim, offset, rows)

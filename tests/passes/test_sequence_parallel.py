@@ -10,7 +10,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
-from harness import Program, check, op_counts
+from harness import Program, check, op_counts, ops_named
 
 PSUM = jax.lax.psum
 S, D, F = 64, 32, 128
@@ -138,6 +138,31 @@ def test_inside_a_scan_body():
     sites, _ = _sites(program)
     assert [s.applied for s in sites if s.pattern == PASS] == [True]
     check(program, rewritten=sum(s.applied for s in sites), left=OVERLAPPED)
+
+
+def test_a_broadcast_that_varies_along_the_rows_moves_as_its_sources_rows():
+    """A per-row term (a position bias broadcast over the hidden dim) added after the
+    psum moves onto the shard as a broadcast of this device's rows of its source: no
+    broadcast as wide as the whole sequence is left, and no slice of one."""
+    def fn(x, p, w1, w2, w3):
+        h = PSUM(jax.nn.gelu(x @ w1) @ w2, "x") + p[:, None]
+        return h @ w3
+
+    program = Program(fn, (8,), ("x",), [((S, D), P()), ((S,), P()), ((D, F), P(None, "x")),
+                                         ((F, D), P("x", None)), ((D, 16), P())], P())
+    sites, _ = _sites(program)
+    assert [s.applied for s in sites if s.pattern == PASS] == [True]
+    check(program, rewritten=sum(s.applied for s in sites), left=Counter({
+        "stablehlo.all_reduce": 0, "stablehlo.all_gather": 0}))
+    module = overlap_hlo.parse(program.jitted().lower(*program.args()).as_text())
+    overlap_hlo.rewrite_module(
+        module, f"builtin.module(overlap-matmul-all-reduce,{PASS},canonicalize)",
+        threshold_mib=0)
+    shapes = [(list(op.operands[0].type.shape), list(op.results[0].type.shape))
+              for op in ops_named(module, "stablehlo.broadcast_in_dim")]
+    assert ([S // 8, 1], [S // 8, D]) in shapes   # p[:, None] is a [S, 1] broadcast
+    assert not any(list(op.operands[0].type.shape) == [S, D] for op in ops_named(
+        module, "stablehlo.dynamic_slice"))
 
 
 def test_residual_that_differs_across_the_group_is_not_moved():
