@@ -35,7 +35,8 @@ from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
-from overlap_hlo.ir.lookthrough import DOTS, dots_reading, producer, users_through_views
+from overlap_hlo.ir.lookthrough import (DOTS, dots_reading, producer, returned_by_program,
+                                        users_through_views)
 from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.cost import SiteShape
@@ -92,8 +93,14 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
             except (Unsupported, NoMatch) as reason:
                 refusal = refusal or reason
                 continue
-            return dataclasses.replace(match, detail=(
-                f"as a reduce_scatter on dim {dim} then an all_gather: {match.detail}"))
+            returned = tensor_bytes(result_type) if returned_by_program(
+                reduce.results[0]) else 0.0
+            copied = returned and self.hardware and self.profile.copies_returned_gathers
+            note = " (returned by the program: the TPU compiler copies it out)" if copied else ""
+            return dataclasses.replace(
+                match, shape=dataclasses.replace(match.shape, returned_bytes=returned),
+                detail=f"as a reduce_scatter on dim {dim} then an all_gather{note}: "
+                       f"{match.detail}")
         if isinstance(refusal, Unsupported):
             raise refusal
         raise Unsupported(f"no dim of {result_type} is divisible by the group size "
@@ -163,7 +170,8 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
 
     def estimate(self, shape: SiteShape, profile: cost.Hardware) -> cost.Estimate:
         """The ring's estimate with the all_gather that follows it added after, and to
-        the original's all_reduce where the model priced only its reduce half. For the
+        the original's all_reduce where the model priced only its reduce half, and after
+        it the copy the compiler makes of an all_gather the program returns. For the
         gather side (a gather ring's shape): the gather ring's estimate with the
         reduce_scatter before it added to both, after the rewrite as the all-reduce the
         compiler makes of a reduce-scatter over every device where it does."""
@@ -176,8 +184,9 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
                                        after_us=ring.after_us + scatter * (2 if whole else 1))
         gather = profile.collective_us(shape.block_bytes, shape.group_size,
                                        shape.collective_directions)
+        copy = profile.returned_gather_us(shape.returned_bytes)   # not the all_reduce's
         priced_whole = shape.spans_all_devices and profile.all_reduce_whole_scatter
-        return dataclasses.replace(ring, after_us=ring.after_us + gather,
+        return dataclasses.replace(ring, after_us=ring.after_us + gather + copy,
                                    before_us=ring.before_us + (0.0 if priced_whole
                                                                else gather))
 

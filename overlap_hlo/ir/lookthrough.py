@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from overlap_hlo.ir.dominance import callee
+from overlap_hlo.ir.dominance import callee, is_public
 from overlap_hlo.ir.ops import ELEMENTWISE, as_op, broadcast_source, varies_along
 
 TRANSPARENT = frozenset({"sdy.sharding_constraint"})
@@ -284,6 +284,36 @@ def only_transparent(value: ir.Value) -> ir.Operation | None:
             return owner
         value = owner.operands[0]
     return None
+
+
+# Ops a value leaves a manual region through, unchanged, on its way to the program's
+# output (Shardy's region results; GSPMD's sharding custom calls).
+_TO_OUTPUT = TRANSPARENT | {"stablehlo.reshape", "stablehlo.custom_call"}
+_OUTPUT_CALLS = ("Sharding", "SPMDShardToFullShape")
+
+
+def returned_by_program(root: ir.Value, limit: int = 16) -> bool:
+    """Whether `root` is an output of the program: returned by a public function, through
+    sharding hints, reshapes and the results of `sdy.manual_computation` regions only
+    (within `limit` values)."""
+    frontier, seen = [root], 0
+    while frontier and seen < limit:
+        value = frontier.pop()
+        seen += 1
+        for use in value.uses:
+            user = as_op(use.owner)
+            if user.name == "func.return":
+                if is_public(user.parent):
+                    return True
+            elif user.name == "sdy.return":
+                parent = user.parent
+                if parent is not None and parent.name == "sdy.manual_computation":
+                    frontier.append(parent.results[use.operand_number])
+            elif user.name in _TO_OUTPUT and (
+                    user.name != "stablehlo.custom_call" or ir.StringAttr(
+                        user.attributes["call_target_name"]).value in _OUTPUT_CALLS):
+                frontier.extend(user.results)
+    return False
 
 
 def erase_unused(rewriter, values: list[ir.Value]) -> None:

@@ -65,6 +65,9 @@ class Hardware:
     # A dot that adds to a sum reads and writes it beside its own time, not hidden
     # under its matmul (libtpu's estimates; GPU GEMMs take the sum as an epilogue).
     serial_sums: bool = False
+    # The compiler copies an all-gather the program returns into the output buffer,
+    # where an all-reduce writes it in place (libtpu 0.0.50.1 and 0.0.42.1).
+    copies_returned_gathers: bool = False
 
     def matmul_us(self, flops: float, element_type: str) -> float:
         peak = self.tflops.get(element_type) or self.tflops.get("default") or min(self.tflops.values())
@@ -78,6 +81,14 @@ class Hardware:
     def memory_us(self, nbytes: float) -> float:
         """Moving `nbytes` through device memory (0 when the profile has no bandwidth)."""
         return nbytes / (self.hbm_gbps * 1e9 * MEMORY_EFFICIENCY) * 1e6 if self.hbm_gbps else 0.0
+
+    def returned_gather_us(self, nbytes: float) -> float:
+        """The copy of a returned all-gather of `nbytes` (`copies_returned_gathers`): read
+        and written at half the streaming rate. libtpu's estimates for 128 MiB of bf16:
+        806, 268 and 406 us on v5e, v5p and v6e (this model: 819, 243, 409), 1132 on v4
+        (559: priced low); below about 100 MiB on v5e and 90 MiB on v6e it made no copy
+        (priced anyway: the decision errs towards leaving the site unchanged)."""
+        return self.memory_us(4 * nbytes) if self.copies_returned_gathers else 0.0
 
     def step_us(self, block_bytes: float) -> float:
         """The overhead of one ring round shifting blocks of `block_bytes`."""
@@ -140,7 +151,7 @@ class Hardware:
             if not _number(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"{where}: '{name}' must be a number >= 0")
             figures[name] = getattr(self, name)
-        for name in ("all_reduce_whole_scatter", "serial_sums"):
+        for name in ("all_reduce_whole_scatter", "serial_sums", "copies_returned_gathers"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{where}: '{name}' must be true or false")
         for name, value in figures.items():
@@ -234,6 +245,7 @@ def _tpu(name: str, tflops: dict, link_gbps: float, hbm_gbps: float,
     return Hardware(name, tflops, link_gbps=link_gbps, latency_us=_TPU_LATENCY_US,
                     platform="tpu", hbm_gbps=hbm_gbps, **CALIBRATED[name],
                     all_reduce_whole_scatter=torus_3d, serial_sums=True,
+                    copies_returned_gathers=True,
                     source=f"{datasheet}; compute-side figures "
                     f"(matmul efficiency, overheads) {CALIBRATION}")
 
@@ -347,6 +359,8 @@ class SiteShape:
     sum_bytes: float = 0.0     # a ring that sums its products: the sum, which every
                                # round after the first that multiplies reads and writes
     collective_directions: int = 2  # link directions the original collective uses
+    returned_bytes: float = 0.0  # the whole result, where the all_gather completing it
+                                 # is an output of the program
 
 
 def estimate(site: SiteShape, hw: Hardware) -> Estimate:

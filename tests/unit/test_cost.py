@@ -148,6 +148,16 @@ def test_serial_sums_price_each_read_and_write_of_the_sum():
     assert all(p.serial_sums == (p.platform == "tpu") for p in cost.PROFILES.values())
 
 
+def test_the_copy_of_a_returned_all_gather_is_priced_on_tpu_only():
+    """`returned_gather_us`: a read and a write at half the streaming rate on the tpu-*
+    profiles (libtpu copies a returned all-gather), nothing elsewhere."""
+    for hw in cost.PROFILES.values():
+        assert hw.copies_returned_gathers == (hw.platform == "tpu"), hw.name
+        expected = hw.memory_us(4 * 2**27) if hw.platform == "tpu" else 0.0
+        assert hw.returned_gather_us(2**27) == pytest.approx(expected)
+    assert cost.hardware("tpu-v5e").returned_gather_us(2**27) == pytest.approx(819.2, rel=1e-3)
+
+
 def test_whole_device_scatter_is_priced_as_the_all_reduce_the_compiler_makes():
     """XLA's TPU compiler runs a reduce-scatter over every device as an all-reduce on
     v4 and v5p (test_tpu checks the compiler still does): the original pays twice the
@@ -243,6 +253,7 @@ def test_statistics_count_by_reason():
     ({"latency_us": -1}, "'latency_us' must be a number >= 0"),
     ({"all_reduce_whole_scatter": 1}, "'all_reduce_whole_scatter' must be true or false"),
     ({"serial_sums": "yes"}, "'serial_sums' must be true or false"),
+    ({"copies_returned_gathers": None}, "'copies_returned_gathers' must be true or false"),
 ])
 def test_json_profile_values_are_checked(tmp_path, fields, message):
     profile = {"name": "chip", "tflops": {"f32": 10.0}, "link_gbps": 5.0, "latency_us": 1.0,

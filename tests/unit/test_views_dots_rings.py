@@ -7,7 +7,8 @@ from jaxlib.mlir import ir
 import overlap_hlo
 from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
-from overlap_hlo.ir.lookthrough import producer, users_through_views, view_forward
+from overlap_hlo.ir.lookthrough import (producer, returned_by_program, users_through_views,
+                                        view_forward)
 from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.rewrite.scan import ModuleScan
 
@@ -107,3 +108,37 @@ def test_groups_that_do_not_partition_the_devices_are_unsupported():
                    if op.operation.name == "stablehlo.reduce_scatter")
     with module.context, pytest.raises(Unsupported):
         Ring.from_collective(scatter, ModuleScan(module.operation))
+
+
+# Values returned by the program: through GSPMD's sharding calls, a Shardy region's
+# result; not after an add, nor from a private function.
+OUTPUTS = """module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=4]>
+  func.func @main(%a: tensor<8xf32>, %b: tensor<8xf32>) -> (tensor<32xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) {
+    %0 = stablehlo.custom_call @Sharding(%a) {mhlo.sharding = "{manual}"} : (tensor<8xf32>) -> tensor<8xf32>
+    %1 = stablehlo.custom_call @SPMDShardToFullShape(%0) {mhlo.sharding = "{devices=[4]<=[4]}"} : (tensor<8xf32>) -> tensor<32xf32>
+    %2 = sdy.manual_computation(%b) in_shardings=[<@mesh, [{"x"}]>] out_shardings=[<@mesh, [{"x"}]>] manual_axes={"x"} (%c: tensor<2xf32>) {
+      %r = stablehlo.reshape %c : (tensor<2xf32>) -> tensor<2xf32>
+      sdy.return %r : tensor<2xf32>
+    } : (tensor<8xf32>) -> tensor<8xf32>
+    %3 = stablehlo.add %b, %b : tensor<8xf32>
+    %4 = func.call @inner(%b) : (tensor<8xf32>) -> tensor<8xf32>
+    return %1, %2, %3, %4 : tensor<32xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
+  }
+  func.func private @inner(%x: tensor<8xf32>) -> tensor<8xf32> {
+    return %x : tensor<8xf32>
+  }
+}
+"""
+
+
+def test_values_returned_by_the_program():
+    module = overlap_hlo.parse(OUTPUTS)
+    main = module.body.operations[1].regions[0].blocks[0]
+    a, b = main.arguments
+    region = [op for op in main.operations if op.name == "sdy.manual_computation"][0]
+    inner_arg = module.body.operations[2].regions[0].blocks[0].arguments[0]
+    assert returned_by_program(a)                 # through @Sharding, @SPMDShardToFullShape
+    assert returned_by_program(region.regions[0].blocks[0].arguments[0])  # sdy.return
+    assert not returned_by_program(b)             # read by the region, an add and a call
+    assert not returned_by_program(inner_arg)     # returned by a private function
