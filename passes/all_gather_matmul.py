@@ -418,7 +418,7 @@ class OverlapAllGatherMatmul(RewritePass):
                                             if c.result_dim is None))
 
         refusal = None
-        if sums and self.platform == "tpu" and not self.tpu_summing_rings:
+        if sums and self.platform == "tpu" and not self.builds_tpu_summing_rings():
             refusal = Unsupported(
                 "a ring that sums over the gathered (contracting) dim reads and writes its "
                 "whole sum in HBM every round on TPU (1.1-2.2x the dot's compute at 8 "
@@ -426,7 +426,8 @@ class OverlapAllGatherMatmul(RewritePass):
                 "dims on v4 and v6e): "
                 "overlap-report --tpu=SLICE tries it and keeps it where the compiled "
                 "schedule is faster (-o writes that module), tpu-summing-rings=true builds "
-                "it, or prefetch the gathered weight one layer ahead (XLA's collective "
+                "it (and the cost model decides it with the tpu-v5e, v5p and v6e profiles), "
+                "or prefetch the gathered weight one layer ahead (XLA's collective "
                 "pipeliner)",
                 kind="summing ring on TPU")
         return Match(detail, gather.results[0].type, ring, site,

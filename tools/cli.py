@@ -356,11 +356,13 @@ def add_pass_flags(parser: argparse.ArgumentParser) -> None:
                         help="sum the partial products of a contracting gathered dim in "
                              "f32 for bf16 results (default: in the result's type; f16 "
                              "and 8-bit floats always sum in f32)")
-    parser.add_argument("--tpu-summing-rings", action="store_const", const=True,
+    parser.add_argument("--tpu-summing-rings", action=argparse.BooleanOptionalAction,
                         default=None,
                         help="build rings that sum over a contracting gathered dim (FSDP) "
-                             "for TPU too (default: left unchanged there; slower than the "
-                             "original in some cases in libtpu's estimates)")
+                             "for TPU too, or never (--no-tpu-summing-rings); default: "
+                             "decided by the --hardware cost model for tpu-v5e, v5p and "
+                             "v6e, else left unchanged (slower than the original in some "
+                             "cases in libtpu's estimates)")
     parser.add_argument("--own-shard-last", action="store_const", const=True, default=None,
                         help="in the TPU form of a two-stream ring that sums, multiply the "
                              "device's own shard last (every dot over two shards) instead "

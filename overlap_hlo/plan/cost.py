@@ -68,6 +68,11 @@ class Hardware:
     # The compiler copies an all-gather the program returns into the output buffer,
     # where an all-reduce writes it in place (libtpu 0.0.50.1 and 0.0.42.1).
     copies_returned_gathers: bool = False
+    # Its price of a ring that sums over a contracting gathered dim was checked against
+    # the compiler: the cost model then decides such rings unless told otherwise
+    # (libtpu 0.0.50.1, FSDP at 8 shapes: every form it chose on v5e, v5p and v6e
+    # compiled faster; on v4 three of five compiled 1.17-1.41x slower).
+    decides_summing_rings: bool = False
 
     def matmul_us(self, flops: float, element_type: str) -> float:
         peak = self.tflops.get(element_type) or self.tflops.get("default") or min(self.tflops.values())
@@ -151,7 +156,8 @@ class Hardware:
             if not _number(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"{where}: '{name}' must be a number >= 0")
             figures[name] = getattr(self, name)
-        for name in ("all_reduce_whole_scatter", "serial_sums", "copies_returned_gathers"):
+        for name in ("all_reduce_whole_scatter", "serial_sums", "copies_returned_gathers",
+                     "decides_summing_rings"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{where}: '{name}' must be true or false")
         for name, value in figures.items():
@@ -240,12 +246,12 @@ CALIBRATED = {
 
 
 def _tpu(name: str, tflops: dict, link_gbps: float, hbm_gbps: float,
-         datasheet: str, torus_3d: bool = False) -> Hardware:
+         datasheet: str, torus_3d: bool = False, summing_checked: bool = True) -> Hardware:
     """A tpu-* profile: datasheet peaks, links and memory, calibrated compute-side figures."""
     return Hardware(name, tflops, link_gbps=link_gbps, latency_us=_TPU_LATENCY_US,
                     platform="tpu", hbm_gbps=hbm_gbps, **CALIBRATED[name],
                     all_reduce_whole_scatter=torus_3d, serial_sums=True,
-                    copies_returned_gathers=True,
+                    copies_returned_gathers=True, decides_summing_rings=summing_checked,
                     source=f"{datasheet}; compute-side figures "
                     f"(matmul efficiency, overheads) {CALIBRATION}")
 
@@ -254,7 +260,7 @@ PROFILES: dict[str, Hardware] = {p.name: p for p in [
     _tpu("tpu-v4", {"bf16": 275, "f32": 275, "int8": 275}, 50, 1200,
          "cloud.google.com/tpu/docs/v4: 275 TFLOP/s bf16/int8 per chip, HBM 1200 GB/s; "
          "ICI 50 GB/s per link per direction (Jouppi et al., ISCA 2023, six links)",
-         torus_3d=True),
+         torus_3d=True, summing_checked=False),
     _tpu("tpu-v5e", {"bf16": 197, "f32": 197, "int8": 393}, 50, 819,
          "cloud.google.com/tpu/docs/v5e: 197 TFLOP/s bf16, 393 TOP/s int8, HBM 819 GB/s; "
          "ICI 400 GB/s bidirectional per chip over 4 ports = 50 GB/s per port "

@@ -97,12 +97,15 @@ class RewritePass:
                 "result's type, as XLA's windowed einsum does, but always in f32 for f16 "
                 "and 8-bit floats); costs an f32 buffer of the result's size"})
 
-    tpu_summing_rings: bool = field(default=False, metadata={
+    tpu_summing_rings: bool | None = field(default=None, metadata={
         "help": "overlap-all-gather-matmul: build rings that sum over a contracting "
-                "gathered dim (FSDP) for TPU too (default: left unchanged there, as libtpu "
-                "prices them slower than the original in some cases (the paper's FSDP layer on "
-                "v4 and v6e); overlap-report tries "
-                "them and keeps them only where the compiled schedule is faster)"})
+                "gathered dim (FSDP) for TPU too; false: leave them unchanged there. "
+                "Default: the cost model decides them where it decides the site, with a "
+                "tpu-* profile whose price of them was checked against libtpu (v5e, v5p, "
+                "v6e; on v4 it predicted forms faster that compiled slower), else they are "
+                "left unchanged; overlap-report also tries them and keeps them only where "
+                "the compiled schedule is faster. overlap-all-to-all-matmul builds its "
+                "summed chunks on TPU only when this is true"})
     own_shard_last: bool = field(default=False, metadata={
         "help": "overlap-all-gather-matmul, the TPU form of a two-stream ring that sums: "
                 "multiply the device's own shard last, beside the shard both streams "
@@ -376,6 +379,15 @@ class RewritePass:
         config.use_top_down_traversal = True  # sites numbered in program order
         compat.apply_patterns_and_fold_greedily(module_op, patterns.freeze(), config)
         return failure[0] if failure else None
+
+    def builds_tpu_summing_rings(self) -> bool:
+        """Whether a ring that sums over a contracting gathered dim is built for TPU:
+        `tpu_summing_rings` when given, else when the cost model decides with a profile
+        whose price of such rings was checked (`Hardware.decides_summing_rings`)."""
+        if self.tpu_summing_rings is not None:
+            return self.tpu_summing_rings
+        return (self.threshold_mib is None and bool(self.hardware)
+                and self.profile.decides_summing_rings)
 
     def estimate(self, shape: SiteShape, profile: cost.Hardware) -> cost.Estimate:
         """The cost model's prediction for the site (a pass whose site is more than

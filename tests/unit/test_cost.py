@@ -158,6 +158,13 @@ def test_the_copy_of_a_returned_all_gather_is_priced_on_tpu_only():
     assert cost.hardware("tpu-v5e").returned_gather_us(2**27) == pytest.approx(819.2, rel=1e-3)
 
 
+def test_the_models_checked_against_libtpu_decide_tpu_rings_that_sum():
+    """v5e, v5p and v6e: every summing ring their model chose compiled faster; v4's
+    chose some that compiled slower (benchmarks/RESULTS.md)."""
+    assert {name for name, hw in cost.PROFILES.items() if hw.decides_summing_rings} == {
+        "tpu-v5e", "tpu-v5p", "tpu-v6e"}
+
+
 def test_whole_device_scatter_is_priced_as_the_all_reduce_the_compiler_makes():
     """XLA's TPU compiler runs a reduce-scatter over every device as an all-reduce on
     v4 and v5p (test_tpu checks the compiler still does): the original pays twice the
@@ -254,6 +261,7 @@ def test_statistics_count_by_reason():
     ({"all_reduce_whole_scatter": 1}, "'all_reduce_whole_scatter' must be true or false"),
     ({"serial_sums": "yes"}, "'serial_sums' must be true or false"),
     ({"copies_returned_gathers": None}, "'copies_returned_gathers' must be true or false"),
+    ({"decides_summing_rings": "v5e"}, "'decides_summing_rings' must be true or false"),
 ])
 def test_json_profile_values_are_checked(tmp_path, fields, message):
     profile = {"name": "chip", "tflops": {"f32": 10.0}, "link_gbps": 5.0, "latency_us": 1.0,
