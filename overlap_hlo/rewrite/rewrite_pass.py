@@ -102,7 +102,8 @@ class RewritePass:
                 "gathered dim (FSDP) for TPU too; false: leave them unchanged there. "
                 "Default: the cost model decides them where it decides the site, with a "
                 "tpu-* profile whose price of them was checked against libtpu (v5e, v5p, "
-                "v6e; on v4 it predicted forms faster that compiled slower), else they are "
+                "v6e; on v4 it predicted forms faster that compiled slower) and the slice "
+                "known (device-coords, set by --tpu), else they are "
                 "left unchanged; overlap-report also tries them and keeps them only where "
                 "the compiled schedule is faster. overlap-all-to-all-matmul builds its "
                 "summed chunks on TPU only when this is true"})
@@ -383,10 +384,13 @@ class RewritePass:
     def builds_tpu_summing_rings(self) -> bool:
         """Whether a ring that sums over a contracting gathered dim is built for TPU:
         `tpu_summing_rings` when given, else when the cost model decides with a profile
-        whose price of such rings was checked (`Hardware.decides_summing_rings`)."""
+        whose price of such rings was checked (`Hardware.decides_summing_rings`) and
+        knows the slice (`device_coords`: without it the original's collective gets
+        two links, not the cube's three, and the paper's FSDP layer was chosen on v5p
+        and compiled 1.16x slower)."""
         if self.tpu_summing_rings is not None:
             return self.tpu_summing_rings
-        return (self.threshold_mib is None and bool(self.hardware)
+        return (self.threshold_mib is None and bool(self.hardware) and bool(self.device_coords)
                 and self.profile.decides_summing_rings)
 
     def estimate(self, shape: SiteShape, profile: cost.Hardware) -> cost.Estimate:

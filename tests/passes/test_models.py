@@ -160,7 +160,7 @@ def test_remarks_explain_every_site_of_a_model(hardware):
         line = site.format()
         assert line.startswith("-:") and "groups of 4" in line and "tensor<" in line
         assert f"on {hardware}" in line and site.estimate is not None
-        # Every site as the model decides (tpu-v5e decides TPU rings that sum too).
+        # As the model decides, or, a TPU ring that sums with the slice unknown, refused.
         assert site.applied == site.estimate.pays() or site.kind == "summing ring on TPU"
 
 
@@ -174,19 +174,26 @@ def _fsdp_70b() -> str:
         mesh, P("x"))) for shape in ((8 * 4096, 8192), (8192, 28672))]).as_text()
 
 
+# Where each device sits (what `--tpu=SLICE` passes as device-coords).
+V5E = "2x4:0,0;1,0;0,1;1,1;0,2;1,2;0,3;1,3"
+CUBE = "2x2x2:0,0,0;1,0,0;0,1,0;1,1,0;0,0,1;1,0,1;0,1,1;1,1,1"
+V4 = "2x2x1:0,0,0;0,0,0;1,0,0;1,0,0;0,1,0;0,1,0;1,1,0;1,1,0"   # two cores a chip
+
+
 @pytest.mark.parametrize("options, built", [
-    (dict(hardware="tpu-v5e"), True),          # checked against libtpu: the model decides
-    (dict(hardware="tpu-v5p"), True),
-    (dict(hardware="tpu-v5e", tpu_summing_rings=False), False),
-    (dict(hardware="tpu-v4"), False),          # its price of them is not trusted
+    (dict(hardware="tpu-v5e", device_coords=V5E), True),   # checked: the model decides
+    (dict(hardware="tpu-v5p", device_coords=CUBE), True),
+    (dict(hardware="tpu-v5p"), False),         # the slice unknown: the cube's links too
+    (dict(hardware="tpu-v5e", device_coords=V5E, tpu_summing_rings=False), False),
+    (dict(hardware="tpu-v4", device_coords=V4), False),    # its price of them is not trusted
     (dict(hardware="tpu-v4", tpu_summing_rings=True), True),
     (dict(threshold_mib=0, target="tpu"), False),   # no model: built only when asked
 ])
 def test_tpu_profiles_decide_rings_that_sum(options, built):
     """A ring that sums over the gathered dim, on TPU: the tpu-v5e, v5p and v6e models
-    decide it (70B-class FSDP compiles 1.48x and 1.16x faster on v5e:2x4 and
-    v5p:2x2x2, benchmarks/RESULTS.md); v4's model, or no model, leaves it unless
-    tpu-summing-rings is given."""
+    decide it where the slice is known (70B-class FSDP compiles 1.48x and 1.16x faster
+    on v5e:2x4 and v5p:2x2x2, benchmarks/RESULTS.md); v4's model, no slice or no
+    model leaves it unless tpu-summing-rings is given."""
     (site,) = overlap_hlo.remarks(_fsdp_70b(), **options)
     assert site.applied == built, site.format()
     assert built or site.kind == "summing ring on TPU"
