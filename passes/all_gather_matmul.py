@@ -426,7 +426,8 @@ class OverlapAllGatherMatmul(RewritePass):
                 "dims on v4 and v6e): "
                 "overlap-report --tpu=SLICE tries it and keeps it where the compiled "
                 "schedule is faster (-o writes that module), tpu-summing-rings=true builds "
-                "it (and the cost model decides it with the tpu-v5e, v5p and v6e profiles), "
+                "it (the cost model decides it with the tpu-v5e, v5p and v6e profiles and "
+                "the slice known: --tpu=SLICE), "
                 "or prefetch the gathered weight one layer ahead (XLA's collective "
                 "pipeliner)",
                 kind="summing ring on TPU")
