@@ -361,8 +361,8 @@ def add_pass_flags(parser: argparse.ArgumentParser) -> None:
                         help="build rings that sum over a contracting gathered dim (FSDP) "
                              "for TPU too, or never (--no-tpu-summing-rings); default: "
                              "decided by the cost model for tpu-v5e, v5p and v6e with "
-                             "--tpu=SLICE, else left unchanged (slower than the original in some "
-                             "cases in libtpu's estimates)")
+                             "--tpu=SLICE, else left unchanged (slower than the original "
+                             "in some cases in libtpu's estimates)")
     parser.add_argument("--own-shard-last", action="store_const", const=True, default=None,
                         help="in the TPU form of a two-stream ring that sums, multiply the "
                              "device's own shard last (every dot over two shards) instead "

@@ -69,10 +69,10 @@ class Hardware:
     # where an all-reduce writes it in place (libtpu 0.0.50.1 and 0.0.42.1).
     copies_returned_gathers: bool = False
     # Its price of a ring that sums over a contracting gathered dim was checked against
-    # the compiler: the cost model then decides such rings, where the slice is known,
-    # unless told otherwise
-    # (libtpu 0.0.50.1, FSDP at 8 shapes: every form it chose on v5e, v5p and v6e
-    # compiled faster; on v4 three of five compiled 1.17-1.41x slower).
+    # the compiler: the cost model then decides such rings where the slice is known,
+    # unless told otherwise (libtpu 0.0.50.1, FSDP at 8 shapes: every form it chose on
+    # v5e, v5p and v6e compiled faster; on v4 three of the six it chose compiled
+    # 1.17-1.41x slower).
     decides_summing_rings: bool = False
 
     def matmul_us(self, flops: float, element_type: str) -> float:
