@@ -104,7 +104,8 @@ class OverlapMatmulReduceScatter(RewritePass):
         if readers and not sum_read and (
                 len(dots) > 1 or addends
                 or not all(after(scatter, as_op(use.owner)) for use in readers)):
-            raise Unsupported("the dot result has users other than the reduce_scatter"
+            raise Unsupported("the dot result has users other than the "
+                              + scatter.name.removeprefix("stablehlo.")
                               + ("" if len(dots) == 1 and not addends else
                                  " (in a sum of dots or with an added term)")
                               + ("" if all(after(scatter, as_op(u.owner)) for u in readers)

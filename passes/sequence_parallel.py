@@ -173,6 +173,8 @@ class _Block:
         self.moves: list[Move] = []
         self.same: dict[tuple[ir.Value, tuple], bool] = {}
         self.rings: dict[int, Ring | None] = {}
+        self.stops: dict[int, tuple[ir.Operation, str]] = {}   # component -> (op, why)
+        self.reported: set[int] = set()   # components with a remark
 
     # Planning: no IR is touched.
 
@@ -185,6 +187,7 @@ class _Block:
                     continue
             self._plan(op)
         if not self.moves:
+            self.unmoved_remarks([])
             return []
         components: dict[int, Component] = {}
         for value, g in self.gathered.items():
@@ -192,7 +195,9 @@ class _Block:
                 components.setdefault(self._find(g.component), Component()).seeds.append(g.seed)
         for move in self.moves:
             components.setdefault(self._find(move.component), Component()).moves.append(move)
-        return [c for c in components.values() if c.moves and self._worth_it(c)]
+        kept = [c for c in components.values() if c.moves and self._worth_it(c)]
+        self.unmoved_remarks(kept)
+        return kept
 
     def _seed(self, op: ir.Operation) -> bool:
         result = op.results[0].type
@@ -206,21 +211,16 @@ class _Block:
 
     def _plan(self, op: ir.Operation) -> None:
         inputs = [self.gathered.get(v) for v in op.operands]
-        if not any(inputs) or op.name not in ELEMENTWISE | SHAPE_OPS | {
-                "sdy.sharding_constraint"}:
+        if not any(inputs) or op.name in DOTS:
             return
-        if len({_groups_key(g.seed) for g in inputs if g}) != 1:
+        stop = self._stop(op, inputs)
+        if stop is not None:
+            for g in inputs:
+                if g:
+                    self.stops.setdefault(g.component, (op, stop))
             return
         seed = next(g for g in inputs if g).seed
-        if self._ring(seed) is None:
-            return
-        rule = _row_rule(op, [g.dim if g else None for g in inputs])
-        if rule is None:
-            return
-        result_dims, slice_dims = rule
-        # an operand read whole (a reduce's init) or sliced must be the same everywhere
-        if not all(g or self._same_everywhere(v, seed) for v, g in zip(op.operands, inputs)):
-            return
+        result_dims, slice_dims = _row_rule(op, [g.dim if g else None for g in inputs])
         component = self._new_component()
         for g in inputs:
             if g:
@@ -229,6 +229,44 @@ class _Block:
         self.moved.add(op)
         for value, dim in zip(op.results, result_dims):
             self.gathered[value] = Gathered(dim, seed, component)
+
+    def _stop(self, op: ir.Operation, inputs: list) -> str | None:
+        """Why `op`, which reads a gathered value, cannot move onto the shard (None:
+        it can)."""
+        if op.name not in ELEMENTWISE | SHAPE_OPS | {"sdy.sharding_constraint"}:
+            return f"{op.name} is not an op that keeps the rows of the gathered dim apart"
+        if len({_groups_key(g.seed) for g in inputs if g}) != 1:
+            return f"{op.name} reads values gathered over different groups"
+        seed = next(g for g in inputs if g).seed
+        if self._ring(seed) is None:
+            return "the all_gather's groups do not form a ring"
+        if _row_rule(op, [g.dim if g else None for g in inputs]) is None:
+            return f"{op.name} mixes the rows of the gathered dim"
+        # an operand read whole (a reduce's init) or sliced must be the same everywhere
+        for i, (v, g) in enumerate(zip(op.operands, inputs)):
+            if not g and not self._same_everywhere(v, seed):
+                source = v.owner
+                made = ("a block argument" if isinstance(source, ir.Block)
+                        else as_op(source).name)
+                return (f"operand {i} of {op.name} ({made}) is not proved the same on "
+                        "every device of the group")
+        return None
+
+    def unmoved_remarks(self, kept: list[Component]) -> None:
+        """A remark for each component left where it is although its values reach a
+        dot: the op that stopped it and why."""
+        kept_roots = {self._find(m.component) for c in kept for m in c.moves}
+        for component, (op, why) in self.stops.items():
+            root = self._find(component)
+            if root in kept_roots or root in self.reported or not _reaches_dot(op):
+                continue
+            self.reported.add(root)
+            seed = next(g.seed for g in self.gathered.values()
+                        if self._find(g.component) == root)
+            self.records.append((seed.location, False, dict(
+                kind="not moved onto the shard", reason=(
+                    f"the ops after the all_gather stay on the gathered rows: {why}, so "
+                    "the all_gather does not reach the next dot"))))
 
     def _worth_it(self, component: Component) -> bool:
         """One of the new all_gathers feeds a dot, they move at most the bytes of the
@@ -243,9 +281,22 @@ class _Block:
                                      for use in users_through_views(value, dim)[0])
         removed = sum(tensor_bytes(seed.results[0].type) for seed in component.seeds
                       if not self._read_elsewhere(seed.results[0]))
-        if not feeds_dot or all(move.op.name in VIEWS for move in component.moves):
+        if all(move.op.name in VIEWS for move in component.moves):
+            return False
+        if not feeds_dot:
+            carried = [m.op for m in component.moves for v in m.op.results
+                       if any(_yields_to_loop(use) for use in v.uses)]
+            if carried and _reaches_dot(carried[0]):
+                self.records.append((component.seeds[0].location, False, dict(
+                    kind="not moved onto the shard", reason=(
+                        "the ops after the all_gather make a value the loop carries to "
+                        "its next iteration (a scanned layer's residual), where a dot "
+                        "reads it: moving them would need the loop to carry the shard, "
+                        "which this pass does not do"))))
+                self.reported.add(self._find(component.moves[0].component))
             return False
         if added > removed:
+            self.reported.add(self._find(component.moves[0].component))
             self.records.append((component.seeds[0].location, False, dict(
                 kind="more bytes to gather", reason=(
                     f"moving the {len(component.moves)} ops after the all_gather onto the "
@@ -355,6 +406,8 @@ class _Block:
                 found = _groups_key(op) == _groups_key(seed)
             elif name == "sdy.sharding_constraint":   # a propagation hint: its operand
                 found = self._same_everywhere(op.operands[0], seed, depth + 1)
+            elif _replicated_gspmd_input(op):
+                found = True
             elif (not name.startswith(("stablehlo.", "chlo.")) or name in DEVICE_DEPENDENT
                   or (len(op.regions) and name != "stablehlo.reduce")):
                 found = False
@@ -426,6 +479,58 @@ class _Block:
 
     def _union(self, a: int, b_: int) -> None:
         self.parent[self._find(b_)] = self._find(a)
+
+
+MAX_DOT_SEARCH = 64   # ops looked at for a dot after an op that stopped a move
+
+
+def _reaches_dot(op: ir.Operation) -> bool:
+    """A dot reads `op`'s results, through other ops of its block, a loop's carry, or
+    an if/case that returns them (at most MAX_DOT_SEARCH ops)."""
+    pending, seen = list(op.results), set()
+    while pending and len(seen) < MAX_DOT_SEARCH:
+        value = pending.pop()
+        for use in value.uses:
+            user = as_op(use.owner)
+            if user.name in DOTS:
+                return True
+            if hash(user) in seen:
+                continue
+            seen.add(hash(user))
+            if _yields_to_loop(use):
+                pending.append(user.block.arguments[use.operand_number])
+            elif user.name == "stablehlo.return" and user.parent is not None:
+                pending.extend(as_op(user.parent).results)
+            else:
+                pending.extend(user.results)
+    return False
+
+
+def _yields_to_loop(use) -> bool:
+    """`use` is a while body's return of the value the loop carries next."""
+    user = as_op(use.owner)
+    parent = user.parent
+    return (user.name == "stablehlo.return" and parent is not None
+            and parent.name == "stablehlo.while"
+            and user.block == as_op(parent).regions[1].blocks[0])
+
+
+def _custom_call(op: ir.Operation, target: str) -> bool:
+    return (op.name == "stablehlo.custom_call"
+            and ir.StringAttr(op.attributes["call_target_name"]).value == target)
+
+
+def _replicated_gspmd_input(op: ir.Operation) -> bool:
+    """A GSPMD export's shard_map input that is replicated: SPMDFullToShardShape of a
+    value sharded `{replicated}` (every device holds the whole value)."""
+    if not _custom_call(op, "SPMDFullToShardShape") or len(op.operands) != 1:
+        return False
+    source = op.operands[0].owner
+    if isinstance(source, ir.Block):
+        return False
+    source = as_op(source)
+    return (_custom_call(source, "Sharding") and "mhlo.sharding" in source.attributes
+            and ir.StringAttr(source.attributes["mhlo.sharding"]).value == "{replicated}")
 
 
 def _groups_key(collective: ir.Operation) -> tuple:

@@ -215,8 +215,9 @@ def is_uniform(value: ir.Value, assumed: set, callers: Callers | None = None) ->
     is accepted when everything else along it is uniform. Beside the ops of
     DEVICE_INVARIANT_OPS: an entry function's arguments that JAX marks `jax.global_constant`
     (a multi-platform export's platform index), a private function's arguments when
-    every caller (`callers`) passes a uniform value, a scalar a manual computation
-    receives, and the results of an if/case on a uniform value whose branches return
+    every caller (`callers`) passes a uniform value, an input that a manual computation
+    receives split over no mesh axis (a global value: one array, whole on every device),
+    and the results of an if/case on a uniform value whose branches return
     uniform values."""
     if isinstance(value, ir.BlockArgument):
         parent = value.owner.owner
@@ -232,10 +233,10 @@ def is_uniform(value: ir.Value, assumed: set, callers: Callers | None = None) ->
             update = as_op(list(body.operations)[-1]).operands[value.arg_number]
             return (is_uniform(parent.operands[value.arg_number], assumed, callers)
                     and is_uniform(update, assumed, callers))
-        if parent.name == "sdy.manual_computation":   # a scalar is never sharded
-            return (ir.RankedTensorType.isinstance(value.type)
-                    and ir.RankedTensorType(value.type).rank == 0
-                    and is_uniform(parent.operands[value.arg_number], assumed, callers))
+        if parent.name == "sdy.manual_computation":
+            return (_replicated_input(parent, value.arg_number)
+                    and (_enclosing(parent, "sdy.manual_computation") is None
+                         or is_uniform(parent.operands[value.arg_number], assumed, callers)))
         if parent.name == "func.func":
             return _uniform_argument(parent, value.arg_number, assumed, callers)
         return False   # per-device data
@@ -248,6 +249,31 @@ def is_uniform(value: ir.Value, assumed: set, callers: Callers | None = None) ->
     if owner.name not in DEVICE_INVARIANT_OPS:
         return False
     return all(is_uniform(operand, assumed, callers) for operand in owner.operands)
+
+
+def _replicated_input(computation: ir.Operation, index: int) -> bool:
+    """Input `index` of a manual computation is split over no mesh axis: every device
+    receives the whole value (a scalar always is)."""
+    from jaxlib.mlir.dialects import sdy
+
+    if "in_shardings" not in computation.attributes:
+        return False
+    shardings = sdy.TensorShardingPerValueAttr(computation.attributes["in_shardings"]).shardings
+    if index >= len(shardings):
+        return False
+    sharding = sdy.TensorShardingAttr(shardings[index])
+    return all(len(sdy.DimensionShardingAttr(dim).axes) == 0
+               for dim in sharding.dimension_shardings)
+
+
+def _enclosing(op: ir.Operation, name: str) -> ir.Operation | None:
+    """The nearest op named `name` that holds `op` in one of its regions."""
+    parent = op.parent
+    while parent is not None and parent.name != "builtin.module":
+        if parent.name == name:
+            return as_op(parent)
+        parent = parent.parent
+    return None
 
 
 def _uniform_argument(func: ir.Operation, index: int, assumed: set,

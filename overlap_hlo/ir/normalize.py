@@ -6,11 +6,22 @@
   all_gather and the dot that reads it sit in branches of two different cases,
   joined only through the cases' results. Where every branch is the same (the usual
   case for collectives and dots), the case is its first branch, inlined.
-- A func.call that receives a gathered value, or whose result a reduce_scatter
-  scatters (a nested `jax.jit` layer), is its callee's body: the call is inlined
-  there (XLA inlines every call before it schedules), so the dot inside is seen.
-- A legacy `stablehlo.dot` (older exporters, hand-written modules) next to an
-  all_gather or a reduce_scatter is the `dot_general` it abbreviates.
+- A func.call next to a collective is its callee's body: the call is inlined there
+  (XLA inlines every call before it schedules), so the dot inside is seen. Next to
+  means: it reads an all_gather's or all_to_all's result through views, or an
+  all_gather's or all_reduce's result through row-wise ops (`jnp.where`, `jnp.clip`,
+  `jax.nn.silu` lower to calls after a psum: overlap-sequence-parallel moves them), or
+  its result is what a reduce_scatter, all_reduce or all_to_all reduces through views
+  (a nested `jax.jit` layer).
+- A legacy `stablehlo.dot` (older exporters, hand-written modules) next to a
+  collective is the `dot_general` it abbreviates.
+- The sum a reduce_scatter or all_reduce reduces is made a sum of dots where it is a
+  linear form of one: a difference is a sum with the term negated, and the negation of
+  a dot (or of a sum) is carried into the dot's left operand (exact: negation is).
+  Over an all_reduce, a negation, a scale by a value that is the same on every device,
+  a reshape and a transpose of its operand (single-use) are applied to its result
+  instead (`psum(2 * (x @ w))` is `2 * psum(x @ w)`; a reshape and a transpose of the
+  sum are the sum of the reshapes).
 - A reduce_scatter of a dot's result reshaped so that the scattered dim is the leading
   part of a dim it splits (MaxText's MoE combine: tokens split into (experts,
   capacity)), or a dim that dims of the result merge into (the first divisible by the
@@ -18,20 +29,27 @@
   block is the same contiguous rows either way.
 
 Only if/case ops that hold a collective or a dot, and calls and legacy dots next to a
-collective, are touched (and nothing in a module without an all_gather or a
-reduce_scatter); the rest of a module stays as it was.
+collective, are touched (and nothing in a module without an all_gather, reduce_scatter,
+all_reduce or all_to_all); the rest of a module stays as it was.
 """
 from __future__ import annotations
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from overlap_hlo.ir.dominance import Callers, callee
+from overlap_hlo.ir.dominance import Callers, callee, is_uniform
 from overlap_hlo.ir.lookthrough import add_leaves, merged_dim, producer, users_through_views
-from overlap_hlo.ir.ops import as_op, defining_op
+from overlap_hlo.ir.ops import ELEMENTWISE, as_op, defining_op
 
 BRANCHING = ("stablehlo.case", "stablehlo.if")
-COLLECTIVES = ("stablehlo.all_gather", "stablehlo.reduce_scatter")
+COLLECTIVES = ("stablehlo.all_gather", "stablehlo.reduce_scatter", "stablehlo.all_reduce",
+               "stablehlo.all_to_all")
+# Ops a collective's result passes through, row by row, on its way to the next dot
+# (the ops overlap-sequence-parallel moves): a call among them is inlined too.
+ROW_WISE = ELEMENTWISE | frozenset({"stablehlo.broadcast_in_dim", "stablehlo.transpose",
+                                    "stablehlo.reshape", "stablehlo.reduce",
+                                    "sdy.sharding_constraint"})
+MAX_ROW_WISE_OPS = 256   # ops followed from one collective's result
 DOTS = ("stablehlo.dot_general", "stablehlo.dot")
 # Rounds of call inlining (a layer's call of a call receives the value one round later).
 MAX_INLINE_ROUNDS = 16
@@ -53,9 +71,133 @@ def normalize(module_op: ir.Operation) -> None:
     for dot in _unique(op for c in collectives for op in _neighbours(c)
                        if op.name == "stablehlo.dot"):
         _as_dot_general(dot)
-    for scatter in collectives:
-        if scatter.name == "stablehlo.reduce_scatter":
-            _scatter_before_split(scatter)
+    for collective in collectives:
+        if collective.name == "stablehlo.all_reduce":
+            collective = _hoist_out_of_all_reduce(collective)
+        if collective.name in ("stablehlo.all_reduce", "stablehlo.reduce_scatter"):
+            _sum_of_dots(collective)
+        if collective.name == "stablehlo.reduce_scatter":
+            _scatter_before_split(collective)
+
+
+# Ops that commute with an all_reduce's sum, applied to its result instead.
+HOISTED = ("stablehlo.negate", "stablehlo.multiply", "stablehlo.reshape",
+           "stablehlo.transpose")
+MAX_LINEAR_OPS = 64   # linear ops rewritten in one collective's sum
+
+
+def _single_use_op(value: ir.Value) -> ir.Operation | None:
+    op = defining_op(value)
+    if op is None or len(op.results) != 1 or len(list(value.uses)) != 1:
+        return None
+    return op
+
+
+def _reaches_dot(value: ir.Value, limit: int = MAX_LINEAR_OPS) -> bool:
+    """A dot's result is summed into `value` through linear ops (single-use)."""
+    pending = [value]
+    while pending and limit > 0:
+        limit -= 1
+        op = _single_use_op(pending.pop())
+        if op is None:
+            continue
+        if op.name in DOTS:
+            return True
+        if op.name in ("stablehlo.add", "stablehlo.subtract", *HOISTED):
+            pending.extend(op.operands)
+    return False
+
+
+def _uniform_factor(op: ir.Operation) -> int | None:
+    """The operand index of a multiply's factor that is the same on every device, when
+    the other one is not (None otherwise)."""
+    uniform = [is_uniform(v, set()) for v in op.operands]
+    if uniform.count(True) != 1:
+        return None
+    return uniform.index(True)
+
+
+def _hoist_out_of_all_reduce(reduce: ir.Operation) -> ir.Operation:
+    """all_reduce(f(y)) -> f(all_reduce(y)) for f a negation, a scale by a uniform
+    value, a reshape or a transpose (single-use), while y still sums a dot; returns
+    the all_reduce (a new op when one moved)."""
+    if len(reduce.operands) != 1 or len(reduce.results) != 1:
+        return reduce
+    for _ in range(MAX_LINEAR_OPS):
+        op = _single_use_op(reduce.operands[0])
+        if op is None or op.name not in HOISTED:
+            return reduce
+        index = 0
+        if op.name == "stablehlo.multiply":
+            factor = _uniform_factor(op)
+            if factor is None:
+                return reduce
+            index = 1 - factor
+        inner = op.operands[index]
+        if not _reaches_dot(inner):
+            return reduce
+        with reduce.location, ir.InsertionPoint(reduce):
+            moved = reduce.clone(ip=ir.InsertionPoint(reduce))
+            moved.operands[0] = inner
+            moved.results[0].set_type(inner.type)
+        with op.location, ir.InsertionPoint(reduce):
+            applied = op.clone(ip=ir.InsertionPoint(reduce))
+            applied.operands[index] = moved.results[0]
+        reduce.results[0].replace_all_uses_with(applied.results[0])
+        # keep the one root op: the clone takes over, the originals go
+        reduce.erase()
+        op.erase()
+        reduce = moved
+    return reduce
+
+
+def _sum_of_dots(collective: ir.Operation) -> None:
+    """The single-use subtract / negate tree under the collective's operand made a
+    tree of adds: a - b -> a + (-b); -(a + b) -> -a + -b; -(-a) -> a;
+    -dot(x, w) -> dot(-x, w)."""
+    if len(collective.operands) != 1 or not _reaches_dot(collective.operands[0]):
+        return
+    pending = [collective.operands[0]]
+    for _ in range(MAX_LINEAR_OPS):
+        if not pending:
+            return
+        op = _single_use_op(pending.pop())
+        if op is None:
+            continue
+        if op.name == "stablehlo.add":
+            pending.extend(op.operands)
+        elif op.name == "stablehlo.subtract":
+            with op.location, ir.InsertionPoint(op):
+                negated = stablehlo.NegOp(op.operands[1]).result
+                total = stablehlo.AddOp(op.operands[0], negated).result
+            op.results[0].replace_all_uses_with(total)
+            op.erase()
+            pending.append(total)
+        elif op.name == "stablehlo.negate":
+            replaced = _negated(op.operands[0], op)
+            if replaced is not None:
+                op.results[0].replace_all_uses_with(replaced)
+                op.erase()
+                pending.append(replaced)
+
+
+def _negated(value: ir.Value, anchor: ir.Operation) -> ir.Value | None:
+    """-value built before `anchor` without a negate of a dot or of a sum: None when
+    `value` is none of a dot, an add or a negate (single-use)."""
+    op = _single_use_op(value)
+    if op is None:
+        return None
+    if op.name == "stablehlo.negate":
+        return op.operands[0]
+    with anchor.location, ir.InsertionPoint(anchor):
+        if op.name == "stablehlo.add":
+            return stablehlo.AddOp(stablehlo.NegOp(op.operands[0]).result,
+                                   stablehlo.NegOp(op.operands[1]).result).result
+        if op.name == "stablehlo.dot_general":
+            dot = op.clone(ip=ir.InsertionPoint(anchor))
+            dot.operands[0] = stablehlo.NegOp(op.operands[0]).result
+            return dot.results[0]
+    return None
 
 
 def _scattered_source_dim(shape_in, shape_out, dim: int, parts: int) -> int | None:
@@ -130,15 +272,46 @@ def _scan(module_op: ir.Operation) -> tuple[list[ir.Operation], list[ir.Operatio
 
 
 def _neighbours(collective: ir.Operation) -> list[ir.Operation]:
-    """The ops an all_gather's result reaches through views, or the ops whose sum (of
-    single-use adds) a reduce_scatter scatters through views."""
-    if collective.name == "stablehlo.all_gather":
-        if len(collective.results) != 1:
-            return []
-        dim = ir.IntegerAttr(collective.attributes["all_gather_dim"]).value
-        return [use.user for use in users_through_views(collective.results[0], dim)[0]]
-    dim = ir.IntegerAttr(collective.attributes["scatter_dimension"]).value
-    return add_leaves(producer(collective.operands[0], dim)[0])
+    """The ops a collective's result reaches through views (an all_gather's, an
+    all_to_all's) or through row-wise ops (an all_gather's, an all_reduce's), and the
+    ops whose sum (of single-use adds) it reduces through views (a reduce_scatter's, an
+    all_reduce's, an all_to_all's operand)."""
+    if len(collective.results) != 1 or len(collective.operands) != 1:
+        return []
+    attrs = collective.attributes
+    found = []
+    name = collective.name
+    result = collective.results[0]
+    if name in ("stablehlo.all_gather", "stablehlo.all_to_all"):
+        key = "all_gather_dim" if name == "stablehlo.all_gather" else "concat_dimension"
+        dim = ir.IntegerAttr(attrs[key]).value
+        found += [use.user for use in users_through_views(result, dim)[0]]
+    if name in ("stablehlo.all_gather", "stablehlo.all_reduce"):
+        found += _row_wise_users(result)
+    if name != "stablehlo.all_gather":
+        key = {"stablehlo.reduce_scatter": "scatter_dimension",
+               "stablehlo.all_to_all": "split_dimension"}.get(name)
+        dim = ir.IntegerAttr(attrs[key]).value if key else 0
+        operand = collective.operands[0]
+        if isinstance(operand.type, ir.RankedTensorType) and dim < operand.type.rank:
+            found += add_leaves(producer(operand, dim)[0])
+    return found
+
+
+def _row_wise_users(root: ir.Value) -> list[ir.Operation]:
+    """The ops `root` reaches through ROW_WISE ops (those and the first others), at most
+    MAX_ROW_WISE_OPS of them, in the block that defines it."""
+    found, seen, pending = [], set(), [root]
+    while pending and len(found) < MAX_ROW_WISE_OPS:
+        for use in pending.pop().uses:
+            user = as_op(use.owner)
+            if hash(user) in seen:
+                continue
+            seen.add(hash(user))
+            found.append(user)
+            if user.name in ROW_WISE:
+                pending.extend(user.results)
+    return found
 
 
 def _unique(ops) -> list[ir.Operation]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.passmanager import PassManager
 
+from overlap_hlo.rewrite.coverage import PASS_OF, Coverage
 from overlap_hlo.rewrite.rewrite_pass import RewritePass
 from overlap_hlo.rewrite.site import SiteLog
 
@@ -188,7 +189,14 @@ def build_pass_manager(text: str, log: SiteLog, defaults: dict[str, str] | None 
     """A PassManager running `text`; `defaults` fill options the text leaves unset."""
     passes = registered_passes()
     pm = PassManager("builtin.module", context=context)
-    for element in parse_pipeline(text):
+    elements = parse_pipeline(text)
+    ours = frozenset(e.name for e in elements if e.nested is None and e.name in passes)
+    coverage = Coverage(ours & frozenset(PASS_OF.values()), log)
+    if coverage.patterns:
+        pm.add(_step(coverage.begin), name="OverlapSitesBefore",
+               argument="overlap-sites-before",
+               description="list the collectives next to dots (for overlap-sites-after)")
+    for element in elements:
         cls = passes.get(element.name) if element.nested is None else None
         if cls is None:
             ours = [name for name in element.names() if name in passes]
@@ -210,7 +218,18 @@ def build_pass_manager(text: str, log: SiteLog, defaults: dict[str, str] | None 
             raise PipelineError(str(err)) from None
         pm.add(_runner(instance, log), name=cls.__name__, argument=cls.name,
                description=cls.summary)
+    if coverage.patterns:
+        pm.add(_step(coverage.end), name="OverlapSitesAfter", argument="overlap-sites-after",
+               description="a remark for each collective next to a dot that no pass reported")
     return pm
+
+
+def _step(function):
+    def run(op, pass_):
+        with op.context:
+            function(op)
+
+    return run
 
 
 def _runner(instance: RewritePass, log: SiteLog):

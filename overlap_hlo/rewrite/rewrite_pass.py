@@ -239,6 +239,7 @@ class RewritePass:
 
     def _settle(self, op, rewriter, scan: ModuleScan, settled_first: list[Record]
                 ) -> tuple[Match, Decision]:
+        refuse_zero_size(op.operation)
         match = self.match(op, scan)
         if match.first:
             outcomes = [self._settle_first(owner, root, rewriter, scan, settled_first)
@@ -457,6 +458,19 @@ def eval_type_name(name: str) -> type:
     """Field annotations are strings under `from __future__ import annotations`."""
     return {"float": float, "float | None": float, "int": int, "int | None": int,
             "bool": bool, "bool | None": bool, "str": str}[name]
+
+
+ZERO_SIZE = "zero-size tensor"
+
+
+def refuse_zero_size(op: ir.Operation) -> None:
+    """Unsupported when an operand or result of `op` holds no element: there is
+    nothing to communicate or multiply, so a ring would only add steps."""
+    for value in [*op.operands, *op.results]:
+        t = value.type
+        if isinstance(t, ir.RankedTensorType) and t.has_static_shape and 0 in t.shape:
+            raise Unsupported(f"{op.name} of a zero-size tensor {t}: nothing to "
+                              "communicate", kind=ZERO_SIZE)
 
 
 def require_supported_types(*types: ir.Type) -> None:

@@ -167,11 +167,14 @@ def test_a_broadcast_that_varies_along_the_rows_moves_as_its_sources_rows():
 
 def test_residual_that_differs_across_the_group_is_not_moved():
     """x is split over the psum's own axis: each device adds its own x, so the add
-    cannot run on the shard. The psums are still rings; nothing moves."""
+    cannot run on the shard. The psums are still rings; nothing moves, and a remark
+    names the add and its operand that stopped the move."""
     program = Program(two_layers(rms), (8,), ("x",), [((8 * S, D), P("x"))] + WEIGHTS,
                       P("x"))
     sites, counts = _sites(program)
-    assert not any(s.pattern == PASS for s in sites)
+    moved = [s for s in sites if s.pattern == PASS]
+    assert len(moved) == 1 and not moved[0].applied
+    assert "stablehlo.add" in moved[0].reason and "not proved the same" in moved[0].reason
     check(program, rewritten=sum(s.applied for s in sites), left=Counter({
         "stablehlo.all_reduce": 0, "stablehlo.all_gather": counts["stablehlo.all_gather"]}))
 
