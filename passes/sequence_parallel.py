@@ -258,7 +258,8 @@ class _Block:
         kept_roots = {self._find(m.component) for c in kept for m in c.moves}
         for component, (op, why) in self.stops.items():
             root = self._find(component)
-            if root in kept_roots or root in self.reported or not _reaches_dot(op):
+            if (root in kept_roots or root in self.reported
+                    or not _reaches_dot(op, self.scan.callers)):
                 continue
             self.reported.add(root)
             seed = next(g.seed for g in self.gathered.values()
@@ -284,9 +285,10 @@ class _Block:
         if all(move.op.name in VIEWS for move in component.moves):
             return False
         if not feeds_dot:
+            callers = self.scan.callers
             carried = [m.op for m in component.moves for v in m.op.results
-                       if any(_yields_to_loop(use) for use in v.uses)]
-            if carried and _reaches_dot(carried[0]):
+                       if _carried_by_loop(v, callers)]
+            if carried and _reaches_dot(carried[0], callers):
                 self.records.append((component.seeds[0].location, False, dict(
                     kind="not moved onto the shard", reason=(
                         "the ops after the all_gather make a value the loop carries to "
@@ -484,9 +486,9 @@ class _Block:
 MAX_DOT_SEARCH = 64   # ops looked at for a dot after an op that stopped a move
 
 
-def _reaches_dot(op: ir.Operation) -> bool:
-    """A dot reads `op`'s results, through other ops of its block, a loop's carry, or
-    an if/case that returns them (at most MAX_DOT_SEARCH ops)."""
+def _reaches_dot(op: ir.Operation, callers) -> bool:
+    """A dot reads `op`'s results, through other ops, a loop's carry, an if/case or a
+    private function that returns them (at most MAX_DOT_SEARCH ops)."""
     pending, seen = list(op.results), set()
     while pending and len(seen) < MAX_DOT_SEARCH:
         value = pending.pop()
@@ -497,12 +499,39 @@ def _reaches_dot(op: ir.Operation) -> bool:
             if hash(user) in seen:
                 continue
             seen.add(hash(user))
+            pending.extend(_passed_on(use, callers))
+    return False
+
+
+def _passed_on(use, callers) -> list[ir.Value]:
+    """The values that carry what `use` reads on: a loop's carried block argument, an
+    if/case's or a private function's callers' results, a callee's argument, or the
+    reader's results."""
+    user = as_op(use.owner)
+    if _yields_to_loop(use):
+        return [user.block.arguments[use.operand_number]]
+    if user.name == "stablehlo.return" and user.parent is not None:
+        return [as_op(user.parent).results[use.operand_number]]
+    if user.name == "func.return":
+        calls = private_calls(as_op(user.parent), callers) or []
+        return [call.results[use.operand_number] for call in calls]
+    if user.name == "func.call":
+        func = callee(user)
+        return [] if func is None else [func.regions[0].blocks[0].arguments[use.operand_number]]
+    return list(user.results)
+
+
+def _carried_by_loop(value: ir.Value, callers, limit: int = 8) -> bool:
+    """`value` is what a while body yields, directly or returned by the functions that
+    body calls."""
+    pending = [value]
+    while pending and limit > 0:
+        limit -= 1
+        for use in pending.pop().uses:
             if _yields_to_loop(use):
-                pending.append(user.block.arguments[use.operand_number])
-            elif user.name == "stablehlo.return" and user.parent is not None:
-                pending.extend(as_op(user.parent).results)
-            else:
-                pending.extend(user.results)
+                return True
+            if as_op(use.owner).name == "func.return":
+                pending.extend(_passed_on(use, callers))
     return False
 
 

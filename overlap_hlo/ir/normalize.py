@@ -174,10 +174,13 @@ def _sum_of_dots(collective: ir.Operation) -> None:
             op.erase()
             pending.append(total)
         elif op.name == "stablehlo.negate":
+            inner = _single_use_op(op.operands[0])
             replaced = _negated(op.operands[0], op)
             if replaced is not None:
                 op.results[0].replace_all_uses_with(replaced)
                 op.erase()
+                if inner is not None and not list(inner.results[0].uses):
+                    inner.erase()   # the add or dot now built negated
                 pending.append(replaced)
 
 
@@ -194,8 +197,9 @@ def _negated(value: ir.Value, anchor: ir.Operation) -> ir.Value | None:
             return stablehlo.AddOp(stablehlo.NegOp(op.operands[0]).result,
                                    stablehlo.NegOp(op.operands[1]).result).result
         if op.name == "stablehlo.dot_general":
+            lhs = stablehlo.NegOp(op.operands[0]).result
             dot = op.clone(ip=ir.InsertionPoint(anchor))
-            dot.operands[0] = stablehlo.NegOp(op.operands[0]).result
+            dot.operands[0] = lhs
             return dot.results[0]
     return None
 
