@@ -37,7 +37,7 @@ from jaxlib.mlir.dialects import sdy, stablehlo
 
 from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.groups.meshes import find_mesh, module_of
-from overlap_hlo.ir.dominance import callee, private_calls
+from overlap_hlo.ir.dominance import callee, private_calls, replicated_gspmd_input
 from overlap_hlo.ir.dots import tensor_bytes
 from overlap_hlo.ir.lookthrough import DOTS, users_through_views
 from overlap_hlo.ir import ops
@@ -408,7 +408,7 @@ class _Block:
                 found = _groups_key(op) == _groups_key(seed)
             elif name == "sdy.sharding_constraint":   # a propagation hint: its operand
                 found = self._same_everywhere(op.operands[0], seed, depth + 1)
-            elif _replicated_gspmd_input(op):
+            elif replicated_gspmd_input(op):
                 found = True
             elif (not name.startswith(("stablehlo.", "chlo.")) or name in DEVICE_DEPENDENT
                   or (len(op.regions) and name != "stablehlo.reduce")):
@@ -542,24 +542,6 @@ def _yields_to_loop(use) -> bool:
     return (user.name == "stablehlo.return" and parent is not None
             and parent.name == "stablehlo.while"
             and user.block == as_op(parent).regions[1].blocks[0])
-
-
-def _custom_call(op: ir.Operation, target: str) -> bool:
-    return (op.name == "stablehlo.custom_call"
-            and ir.StringAttr(op.attributes["call_target_name"]).value == target)
-
-
-def _replicated_gspmd_input(op: ir.Operation) -> bool:
-    """A GSPMD export's shard_map input that is replicated: SPMDFullToShardShape of a
-    value sharded `{replicated}` (every device holds the whole value)."""
-    if not _custom_call(op, "SPMDFullToShardShape") or len(op.operands) != 1:
-        return False
-    source = op.operands[0].owner
-    if isinstance(source, ir.Block):
-        return False
-    source = as_op(source)
-    return (_custom_call(source, "Sharding") and "mhlo.sharding" in source.attributes
-            and ir.StringAttr(source.attributes["mhlo.sharding"]).value == "{replicated}")
 
 
 def _groups_key(collective: ir.Operation) -> tuple:

@@ -20,13 +20,17 @@ scalars, static arguments and precision contexts (checked against jax.jit), and
 all_to_alls beside a dot (EXCHANGES: MoE dispatch and combine, Ulysses, partial sums,
 a transposed product) on random meshes, axes, sizes and types, and tensor-parallel blocks (BlockCase: psums after
 row-parallel matmuls, residual adds and norms between them, in a scan or not, the
-batch split over another mesh axis or not).
+batch split over another mesh axis or not), and sites wrapped in what users write around
+them (fuzz_wrapped: calls, linear ops, zero sizes, per-platform branches, two collectives
+of one product, predicates from shard_map inputs). Besides a mismatch or a crash, a site
+the tool reports as an internal error and a collective next to a dot with no site record
+(silent) fail a case.
 
     python -m overlap_hlo.tools.fuzz --cases 1000 [--seed 0]
     overlap-fuzz --cases 1000
 
-Prints how many cases were rewritten and agreed, left unchanged (and why), disagreed
-or crashed; exits 1 if any disagreed or crashed.
+Prints how many cases were rewritten and agreed, left unchanged (and why), disagreed,
+crashed, hit an internal error or left a site silent; exits 1 if any did.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .cli import EXIT_FAILURE, EXIT_OK
+from .fuzz_wrapped import WrappedCase, build_wrapped, draw_wrapped
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_force_host_platform_device_count=8").strip()
@@ -61,6 +66,7 @@ PROMOTED_SHARE = 0.04  # reduce_scatters summing in a wider type (hand-written m
 API_SHARE = 0.04       # call sequences through overlap() against jax.jit's
 EXCHANGE_SHARE = 0.10  # all_to_all next to a dot (MoE dispatch and combine, Ulysses)
 BLOCK_SHARE = 0.10     # tensor-parallel blocks: psum, residual, norm, next dot
+WRAPPED_SHARE = 0.15   # sites wrapped in calls, linear ops, branches, platforms (fuzz_wrapped)
 CONTEXTS = ("plain",) * 6 + ("cond", "device_loop", "barrier", "other_user", "called",
                              "called_under_cond", "uniform_cond")
 SCATTER_CONTEXTS = CONTEXTS + ("biased_read",)
@@ -205,6 +211,8 @@ def build(case: Case):
         return build_exchange(case)
     if isinstance(case, BlockCase):
         return build_block(case)
+    if isinstance(case, WrappedCase):
+        return build_wrapped(case)
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -587,6 +595,8 @@ def _run(case: Case) -> tuple[str, str]:
         lowered = jitted.lower(*inputs)
     except Exception as err:   # the generator made a program JAX rejects
         return "not generated", f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
+    if getattr(case, "platforms", ()):
+        return _run_exported(case, jitted, inputs)
     try:
         want = _leaves(lowered.compile()(*inputs))
     except Exception as err:   # e.g. XLA:CPU has no bf16 x bf16 -> f32 dot for some shapes
@@ -607,13 +617,64 @@ def _run(case: Case) -> tuple[str, str]:
     except Exception:
         return "crash", traceback.format_exc(limit=4)
     reference = (lambda: _in_f32(jitted, inputs)) if case.dtype != "float32" else None
-    agrees, error = judge(got, want, case.dtype, reference)
+    return _outcome(lowered.as_text(), sites, got, want, case.dtype, reference)
+
+
+def _outcome(text: str, sites, got, want, dtype: str, reference) -> tuple[str, str]:
+    """The verdict on one rewritten program: a mismatch, a site the tool failed on
+    ("internal error"), a collective next to a dot with no record ("silent"), else
+    rewritten or unchanged."""
+    agrees, error = judge(got, want, dtype, reference)
     if not agrees:
         return "mismatch", error
+    internal = [site for site in sites if site.kind == "internal error"]
+    if internal:
+        return "internal error", internal[0].format()
+    silent = silent_sites(text, sites)
+    if silent:
+        return "silent", f"no record for the collective at {silent[0]}"
     if not any(site.applied for site in sites):
         reasons = "; ".join(sorted({site.reason for site in sites})) or "no candidate site"
         return "unchanged", reasons
     return "rewritten", error
+
+
+def silent_sites(text: str, sites) -> list[str]:
+    """The collectives of `text` next to a dot that no site record names."""
+    import overlap_hlo
+    from overlap_hlo.ir.normalize import normalize
+    from overlap_hlo.rewrite.coverage import candidates, unreported
+
+    module = overlap_hlo.parse(text)
+    with module.context:
+        normalize(module.operation)
+        return [str(c.where) for c in unreported(candidates(module.operation), sites)]
+
+
+def _run_exported(case, jitted, inputs) -> tuple[str, str]:
+    """A multi-platform export (case.platforms), rewritten with rewrite_exported and
+    called on the CPU against the original export."""
+    import jax
+    from jax import export
+
+    import overlap_hlo
+
+    shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding) for x in inputs]
+    try:
+        exported = export.export(jitted, platforms=case.platforms)(*shapes)
+        want = _leaves(exported.call(*inputs))
+    except Exception as err:
+        return "original fails", f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
+    options = dict(threshold_mib=0, bidirectional=case.bidirectional, unroll=case.unroll)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            text = exported.mlir_module()
+            sites = overlap_hlo.remarks(text, **options)
+            got = _leaves(overlap_hlo.rewrite_exported(exported, **options).call(*inputs))
+    except Exception:
+        return "crash", traceback.format_exc(limit=4)
+    return _outcome(text, sites, got, want, case.dtype, None)
 
 
 def judge(got: list, want: list, dtype: str, reference=None) -> tuple[bool, str]:
@@ -674,7 +735,8 @@ def draw_any(rng: random.Random, seed: int):
                              (PROMOTED_SHARE, lambda: draw_promoted(rng, seed)),
                              (API_SHARE, lambda: draw_api(rng, seed)),
                              (EXCHANGE_SHARE, lambda: draw_exchange(rng, seed)),
-                             (BLOCK_SHARE, lambda: draw_block(rng, seed))):
+                             (BLOCK_SHARE, lambda: draw_block(rng, seed)),
+                             (WRAPPED_SHARE, lambda: draw_wrapped(rng, seed))):
         bound += share
         if pick < bound:
             return generator()
@@ -850,6 +912,9 @@ def build_block(case: BlockCase):
     return jitted, inputs
 
 
+FAILURES = ("mismatch", "crash", "internal error", "silent")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=100)
@@ -870,7 +935,7 @@ def main(argv=None) -> int:
         outcomes[outcome] += 1
         if outcome in ("unchanged", "not generated", "original fails"):
             reasons[f"{outcome}: {detail}"] += 1
-        if outcome in ("mismatch", "crash"):
+        if outcome in FAILURES:
             failures.append((case, detail))
             print(f"FAILED case {i}: {outcome}: {detail}\n  {case.describe()}", flush=True)
         elif args.verbose:
@@ -880,6 +945,7 @@ def main(argv=None) -> int:
     print(f"{args.cases} cases in {elapsed:.0f} s (seed {args.seed}): "
           f"{outcomes['rewritten']} rewritten and agreed, {outcomes['unchanged']} left "
           f"unchanged, {outcomes['mismatch']} mismatched, {outcomes['crash']} crashed, "
+          f"{outcomes['internal error']} internal errors, {outcomes['silent']} silent sites, "
           f"{outcomes['not generated']} not generated, {outcomes['original fails']} whose "
           "original program XLA could not run")
     for reason, count in reasons.most_common():

@@ -217,7 +217,7 @@ def is_uniform(value: ir.Value, assumed: set, callers: Callers | None = None) ->
     (a multi-platform export's platform index), a private function's arguments when
     every caller (`callers`) passes a uniform value, an input that a manual computation
     receives split over no mesh axis (a global value: one array, whole on every device),
-    and the results of an if/case on a uniform value whose branches return
+    a GSPMD export's replicated shard_map input, and the results of an if/case on a uniform value whose branches return
     uniform values."""
     if isinstance(value, ir.BlockArgument):
         parent = value.owner.owner
@@ -241,6 +241,8 @@ def is_uniform(value: ir.Value, assumed: set, callers: Callers | None = None) ->
             return _uniform_argument(parent, value.arg_number, assumed, callers)
         return False   # per-device data
     owner = as_op(value.owner)
+    if replicated_gspmd_input(owner):
+        return True
     if owner.name in ("stablehlo.if", "stablehlo.case"):
         index = value.result_number
         return is_uniform(owner.operands[0], assumed, callers) and all(
@@ -249,6 +251,24 @@ def is_uniform(value: ir.Value, assumed: set, callers: Callers | None = None) ->
     if owner.name not in DEVICE_INVARIANT_OPS:
         return False
     return all(is_uniform(operand, assumed, callers) for operand in owner.operands)
+
+
+def _custom_call(op: ir.Operation, target: str) -> bool:
+    return (op.name == "stablehlo.custom_call"
+            and ir.StringAttr(op.attributes["call_target_name"]).value == target)
+
+
+def replicated_gspmd_input(op: ir.Operation) -> bool:
+    """A GSPMD export's shard_map input that is replicated: SPMDFullToShardShape of a
+    value sharded `{replicated}` (every device holds the whole value)."""
+    if not _custom_call(op, "SPMDFullToShardShape") or len(op.operands) != 1:
+        return False
+    source = op.operands[0].owner
+    if isinstance(source, ir.Block):
+        return False
+    source = as_op(source)
+    return (_custom_call(source, "Sharding") and "mhlo.sharding" in source.attributes
+            and ir.StringAttr(source.attributes["mhlo.sharding"]).value == "{replicated}")
 
 
 def _replicated_input(computation: ir.Operation, index: int) -> bool:

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from overlap_hlo.tools import fuzz
+import overlap_hlo
+from overlap_hlo.tools import fuzz, fuzz_wrapped
 
 
 @settings(max_examples=12, deadline=None, derandomize=True,
@@ -151,3 +152,31 @@ def test_a_wrong_block_is_a_mismatch_against_f32_too():
     off = [want[0] + 0.035]                         # within 4x the original's 0.01
     assert fuzz.judge(off, want, "bfloat16", lambda: reference)[0]
     assert not fuzz.judge(off, want, "float32", None)[0]
+
+
+@pytest.mark.parametrize("form,kind,variant,expected", [
+    ("between", "psum", "dropout", "rewritten"),
+    ("linear", "psum", "from_a_term", "rewritten"),
+    ("nonlinear", "psum", "maximum", "unchanged"),
+    ("zero_size", "all_to_all", "", "unchanged"),
+    ("multi_platform", "all_to_all", "", "rewritten"),
+    ("two_collectives", "psum", "", "rewritten"),
+    ("predicate", "all_gather", "replicated", "rewritten"),
+    ("nested_jit", "psum", "", "rewritten"),
+])
+def test_wrapped_sites(form, kind, variant, expected):
+    case = fuzz_wrapped.WrappedCase(form, kind, variant, 4, (1, 2, 1), "float32",
+                                    form != "predicate", seed=11)
+    outcome, detail = fuzz.run(case)
+    assert outcome == expected, f"{outcome}: {detail}"
+
+
+def test_a_collective_next_to_a_dot_without_a_record_is_silent():
+    """The fuzzer's check fails a case whose site has no record (here: none given)."""
+    case = fuzz_wrapped.WrappedCase("nested_jit", "psum", "", 4, (1, 1, 1), "float32",
+                                    True, seed=2)
+    jitted, inputs = fuzz.build(case)
+    text = jitted.lower(*inputs).as_text()
+    assert len(fuzz.silent_sites(text, [])) == 1
+    sites = overlap_hlo.remarks(text, threshold_mib=0)
+    assert fuzz.silent_sites(text, sites) == []
