@@ -11,8 +11,8 @@ TPU ahead of time, schedule model, report), tools (the command lines).
 """
 from overlap_hlo.api import (InputError, NoCollectives, Overlapped, SitesLeftUnchanged,
                              no_collectives_note, overlap, parse, remarks, rewrite_exported,
-                             rewrite_lowered, rewrite_module, rewrite_source, serialize,
-                             unchanged_summary)
+                             rewrite_lowered, rewrite_module, rewrite_source,
+                             rewrite_summary, serialize, unchanged_summary)
 from overlap_hlo.ir.locations import Where
 from overlap_hlo.plan.cost import PROFILES, Estimate, Hardware
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE, PipelineError, registered_passes
@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_PIPELINE", "DEFAULT_THRESHOLD_MIB", "PROFILES", "Estimate", "Hardware",
     "InputError", "NoCollectives", "Overlapped", "PipelineError", "Site", "SitesLeftUnchanged", "Where",
     "no_collectives_note", "overlap", "parse", "registered_passes", "remarks", "rewrite_exported",
-    "rewrite_lowered", "rewrite_module", "rewrite_source", "serialize", "statistics",
+    "rewrite_lowered", "rewrite_module", "rewrite_source", "rewrite_summary", "serialize",
+    "statistics",
     "unchanged_summary",
 ]

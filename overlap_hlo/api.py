@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import logging
 import re
 import warnings
 from collections import Counter, OrderedDict
@@ -26,6 +27,8 @@ UTF8_BOM = b"\xef\xbb\xbf"
 MAX_NESTING = 256
 # Reasons a user chose (a size threshold, the cost model): not worth a warning.
 EXPECTED_KINDS = frozenset({"below threshold-mib", "not profitable"})
+# Every rewriting entry point logs its rewrite_summary() here, at INFO.
+logger = logging.getLogger(__name__)
 
 
 class InputError(ValueError):
@@ -90,6 +93,31 @@ def _pipeline_text(pipeline: str | None) -> str:
 
 # Never silent.
 
+def rewrite_summary(sites: list[Site]) -> str:
+    """One line on what a run did with its candidate sites, as overlap-opt prints it
+    and the Python entry points log it:
+
+        4 of 4 sites rewritten
+        2 of 3 sites rewritten; 1 left unchanged (not profitable)
+        1 of 4 sites rewritten; 3 left unchanged (2 below threshold-mib, 1 inside a
+        stablehlo.case branch)
+        no candidate sites
+
+    The reasons are the sites' `kind`, most frequent first, counted when there are
+    several."""
+    if not sites:
+        return "no candidate sites"
+    noun = "site" if len(sites) == 1 else "sites"
+    line = f"{sum(site.applied for site in sites)} of {len(sites)} {noun} rewritten"
+    counts = Counter(site.kind for site in sites if not site.applied)
+    if counts:
+        ranked = sorted(counts.items(), key=lambda item: -item[1])   # ties: first seen
+        reasons = (ranked[0][0] if len(ranked) == 1 else
+                   ", ".join(f"{count} {kind}" for kind, count in ranked))
+        line += f"; {counts.total()} left unchanged ({reasons})"
+    return line
+
+
 def unchanged_summary(sites: list[Site], see: str) -> str | None:
     """One line on the sites left unchanged for a reason other than size or profit,
     counted by reason, or None when there are none:
@@ -128,7 +156,11 @@ def no_collectives_note(module: ir.Module, sites: list[Site]) -> str | None:
             "permutes overlap')")
 
 
-def _warn_unchanged(sites: list[Site], stacklevel: int, module: ir.Module) -> list[Site]:
+def _report(sites: list[Site], stacklevel: int, module: ir.Module,
+            name: str | None = None) -> list[Site]:
+    """Log the run's rewrite_summary() at INFO (after `name`, the function's, when
+    known); warn about sites left unchanged and about a module without collectives."""
+    logger.info("overlap-hlo: %s%s", f"{name}: " if name else "", rewrite_summary(sites))
     summary = unchanged_summary(sites, see="overlap_hlo.remarks()")
     if summary is not None:
         warnings.warn(f"overlap-hlo: {summary}", SitesLeftUnchanged, stacklevel=stacklevel + 1)
@@ -293,12 +325,12 @@ def rewrite_module(module: ir.Module, pipeline: str | None = DEFAULT_PIPELINE, *
     hardware, bidirectional, unroll (an unknown one raises TypeError). `pipeline=None`
     is the default pipeline. `input_name` replaces the parser's "-" in site
     locations. Raises `ir.MLIRError` if a pass or the verifier fails and
-    `overlap_hlo.PipelineError` for a bad pipeline or option. Warns with
-    `SitesLeftUnchanged` when sites are left unchanged for a reason other than
-    size or profit.
+    `overlap_hlo.PipelineError` for a bad pipeline or option. Logs `rewrite_summary`
+    at INFO (logger "overlap_hlo.api") and warns with `SitesLeftUnchanged` when sites
+    are left unchanged for a reason other than size or profit.
     """
     sites = _rewrite(module, pipeline, verify, input_name, options, "rewrite_module")
-    return _warn_unchanged(sites, stacklevel=2, module=module)
+    return _report(sites, stacklevel=2, module=module)
 
 
 def rewrite_source(source: str | bytes, pipeline: str | None = DEFAULT_PIPELINE, *,
@@ -308,8 +340,8 @@ def rewrite_source(source: str | bytes, pipeline: str | None = DEFAULT_PIPELINE,
     bytecode, or a portable artifact (as `jax.export` writes it) when asked."""
     pass_defaults(options, "rewrite_source")
     module = parse(source)
-    _warn_unchanged(_rewrite(module, pipeline, True, input_name, options, "rewrite_source"),
-                    stacklevel=2, module=module)
+    _report(_rewrite(module, pipeline, True, input_name, options, "rewrite_source"),
+            stacklevel=2, module=module)
     return serialize(module, emit_bytecode, emit_portable_artifact)
 
 
@@ -342,19 +374,30 @@ def _with_target(options: dict, platforms) -> dict:
     return {"target": target, **options} if target and "target" not in options else options
 
 
-def _rewrite_lowered(lowered, pipeline, options, stacklevel: int):
+def _carrying_sites(rewritten, sites: list[Site]):
+    """`rewritten` (a Lowered, an Exported) with its site records as `.sites`. Exported
+    is a frozen dataclass: the records are no field of it (not compared, not
+    serialized, not kept by dataclasses.replace)."""
+    object.__setattr__(rewritten, "sites", sites)
+    return rewritten
+
+
+def _rewrite_lowered(lowered, pipeline, options, stacklevel: int, name: str | None = None):
     options = _with_target(options, compat.lowering_platforms(lowered))
     module = _copy(lowered.compiler_ir("stablehlo"))
     sites = _rewrite(module, pipeline, True, None, options, "rewrite_lowered")
-    _warn_unchanged(sites, stacklevel + 1, module)
-    return compat.replace_lowered_module(lowered, module)
+    _report(sites, stacklevel + 1, module, name)
+    return _carrying_sites(compat.replace_lowered_module(lowered, module), sites)
 
 
 def rewrite_lowered(lowered, pipeline: str | None = DEFAULT_PIPELINE, **options):
     """A new `jax.stages.Lowered` whose `.compile()` runs the rewritten module.
 
     `lowered` and JAX's cached lowering are left as they were. Unless `target` is
-    given, the forms are those of the backend it was lowered for.
+    given, the forms are those of the backend it was lowered for. The new Lowered's
+    `.sites` lists every candidate site and what became of it (`Site` records:
+    rewritten or left unchanged and why, what decided); `rewrite_summary` of them is
+    logged at INFO.
     """
     pass_defaults(options, "rewrite_lowered")
     return _rewrite_lowered(lowered, pipeline, options, stacklevel=2)
@@ -365,7 +408,10 @@ def rewrite_exported(exported, pipeline: str | None = DEFAULT_PIPELINE, **option
 
     Its `.call()` runs the rewritten module, and it survives serialize()/deserialize().
     Its backward module is rewritten too: `.vjp()`, `serialize(vjp_order=...)` and
-    `jax.grad` of `.call` run the rewritten VJP.
+    `jax.grad` of `.call` run the rewritten VJP. Its `.sites` lists the forward
+    module's candidate sites and what became of them (the Exported that `.vjp()`
+    returns carries its own; a deserialized one has none); `rewrite_summary` of them
+    is logged at INFO.
     """
     pass_defaults(options, "rewrite_exported")
     return _rewrite_exported(exported, pipeline, options, stacklevel=2)
@@ -374,13 +420,14 @@ def rewrite_exported(exported, pipeline: str | None = DEFAULT_PIPELINE, **option
 def _rewrite_exported(exported, pipeline, options, stacklevel: int):
     options = _with_target(options, exported.platforms)
     module = parse(exported.mlir_module())
-    _warn_unchanged(_rewrite(module, pipeline, True, None, options, "rewrite_exported"),
-                    stacklevel + 1, module)
+    sites = _rewrite(module, pipeline, True, None, options, "rewrite_exported")
+    _report(sites, stacklevel + 1, module, exported.fun_name)
     payload = serialize(module, portable_artifact=True)
     get_vjp = exported._get_vjp
     if get_vjp is not None:
         get_vjp = functools.partial(_rewritten_vjp, get_vjp, pipeline, options)
-    return dataclasses.replace(exported, mlir_module_serialized=payload, _get_vjp=get_vjp)
+    return _carrying_sites(dataclasses.replace(exported, mlir_module_serialized=payload,
+                                               _get_vjp=get_vjp), sites)
 
 
 def _rewritten_vjp(get_vjp, pipeline, options, exported):
@@ -405,6 +452,11 @@ class Overlapped:
     learning rate reuses the executable. At most MAX_EXECUTABLES are kept.
     `lower(*args)` gives the rewritten `jax.stages.Lowered` itself.
 
+    `sites` lists the candidate sites of the module that the last call ran (or the
+    last `lower()` rewrote) and what became of each (`Site` records: rewritten or
+    left unchanged and why, what decided); None before the first. Each rewrite logs
+    their `rewrite_summary` at INFO, `overlap-hlo: train_step: 4 of 4 sites rewritten`.
+
     JAX transformations (`jax.grad`, `jax.vmap`, `jax.eval_shape`) cannot look into
     a compiled executable: apply them first and wrap the result,
     `overlap(jax.jit(jax.grad(loss)))`.
@@ -418,27 +470,32 @@ class Overlapped:
         self.pipeline = _pipeline_text(pipeline)
         self.options = options
         self._static = compat.static_arguments(self.jitted)
-        self._compiled: OrderedDict = OrderedDict()
+        self._compiled: OrderedDict = OrderedDict()   # key -> (executable, its sites)
+        self.sites: list[Site] | None = None
 
     def lower(self, *args, **kwargs):
         _refuse_tracers(args, kwargs)
         return self._lower(args, kwargs, stacklevel=2)
 
     def _lower(self, args, kwargs, stacklevel: int):
-        return _rewrite_lowered(self.jitted.lower(*args, **kwargs), self.pipeline,
-                                self.options, stacklevel + 1)
+        lowered = _rewrite_lowered(self.jitted.lower(*args, **kwargs), self.pipeline,
+                                   self.options, stacklevel + 1,
+                                   getattr(self.jitted, "__name__", None))
+        self.sites = lowered.sites
+        return lowered
 
     def __call__(self, *args, **kwargs):
         _refuse_tracers(args, kwargs)
         key, dynamic_args, dynamic_kwargs = self._signature(args, kwargs)
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            compiled = self._lower(args, kwargs, stacklevel=2).compile()
-            self._compiled[key] = compiled
+        entry = self._compiled.get(key)
+        if entry is None:
+            lowered = self._lower(args, kwargs, stacklevel=2)
+            entry = self._compiled[key] = (lowered.compile(), lowered.sites)
             if len(self._compiled) > MAX_EXECUTABLES:
                 self._compiled.popitem(last=False)
         else:
             self._compiled.move_to_end(key)
+        compiled, self.sites = entry
         return compiled(*dynamic_args, **dynamic_kwargs)
 
     def _signature(self, args, kwargs):

@@ -9,8 +9,10 @@ MLIR's parser sees it), runs the pipeline
 module (stdout by default). Exit status: 0 success; 1 failure (unreadable or malformed
 input, a pass or the verifier failed, diagnostics not as expected, output not
 writable, input over cli.MAX_INPUT_BYTES); 2 usage error (bad flag, unknown pass or pass
-option). Killed by SIGINT, SIGTERM or SIGHUP it says so in one line, deletes its
-temporary output file and dies of that signal (the shell reports 128 + its number).
+option). On success it prints one line to stderr, `overlap-opt: 4 of 4 sites rewritten`
+(`overlap_hlo.rewrite_summary`; not with -q or --verify-diagnostics). Killed by SIGINT,
+SIGTERM or SIGHUP it says so in one line, deletes its temporary output file and dies of
+that signal (the shell reports 128 + its number).
 Reading, writing, signals and the pass flags are tools/cli.py's, shared with
 overlap-report.
 """
@@ -26,7 +28,8 @@ from typing import Callable
 from jaxlib.mlir import ir
 
 import overlap_hlo
-from overlap_hlo.api import InputError, no_collectives_note, pass_defaults, unchanged_summary
+from overlap_hlo.api import (InputError, no_collectives_note, pass_defaults, rewrite_summary,
+                             unchanged_summary)
 from overlap_hlo.ir import compat
 from overlap_hlo.ir.large_stack import on_large_stack
 from overlap_hlo.ir.locations import describe, file_line_col
@@ -92,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--remarks", action="store_true",
                         help="report every candidate site: what it is, whether it was "
                              "rewritten (or why not) and its predicted times")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="do not print the one-line summary of a successful run "
+                             "('overlap-opt: 4 of 4 sites rewritten', to stderr); "
+                             "warnings and errors are still printed")
     parser.add_argument("--pass-statistics", action="store_true",
                         help="print sites seen, rewritten and skipped by reason, per pass "
                              "(to stderr)")
@@ -245,6 +252,8 @@ class Driver:
             separator = f"{SPLIT_MARKER}\n".encode()
             self._write(separator.join(outputs))
         # After the output: a run that cannot write says only that.
+        if ok and not (self.args.quiet or self.args.verify_diagnostics):
+            say(f"{PROG}: {rewrite_summary(self.sites)}")
         summary = unchanged_summary(self.sites, see="--remarks")
         if summary and not (self.args.remarks or self.args.verify_diagnostics):
             say(f"{PROG}: warning: {summary}")

@@ -66,15 +66,17 @@ def test_threshold_zero_rewrites_both_collectives(source, capsys):
     assert "stablehlo.collective_permute" in out
     assert "stablehlo.all_gather" not in out
     assert "stablehlo.reduce_scatter" not in out
-    assert err == ""
+    assert err == "overlap-opt: 2 of 2 sites rewritten\n"
 
 
 def test_default_threshold_leaves_small_module_unchanged(capsys):
     assert main([str(SDY)]) == 0
-    out, _ = capsys.readouterr()
+    out, err = capsys.readouterr()
     assert "stablehlo.all_gather" in out
     assert "stablehlo.reduce_scatter" in out
     assert "stablehlo.collective_permute" not in out
+    assert lines_of(err)[0] == ("overlap-opt: 0 of 2 sites rewritten; 2 left unchanged "
+                                "(below threshold-mib)")
 
 
 def test_help_names_default_threshold(capsys):
@@ -405,22 +407,68 @@ def test_expectation_designators():
 def test_remarks_report_each_site(capsys):
     assert main([str(SDY), "--remarks", "--threshold-mib=0"]) == 0
     err = lines_of(capsys.readouterr().err)
-    assert len(err) == 2
+    assert len(err) == 3
     assert err[0].startswith(f"{SDY}:8:12: remark: overlap-all-gather-matmul: rewritten: ")
     assert err[1].startswith(f"{SDY}:12:12: remark: overlap-matmul-reduce-scatter: "
                              "rewritten: ")
+    assert err[2] == "overlap-opt: 2 of 2 sites rewritten"   # the tally, as compilers end
 
 
 def test_remarks_for_sites_left_unchanged(capsys):
     assert main([str(SDY), "--remarks"]) == 0
     err = lines_of(capsys.readouterr().err)
-    assert len(err) == 2
+    assert len(err) == 3
     assert all(": left unchanged: " in line and "below threshold-mib=1" in line
-               for line in err)
+               for line in err[:2])
+    assert err[2] == ("overlap-opt: 0 of 2 sites rewritten; 2 left unchanged "
+                      "(below threshold-mib)")
 
 
 def test_no_remarks_without_flag(capsys):
     assert main([str(SDY), "--threshold-mib=0"]) == 0
+    assert capsys.readouterr().err == "overlap-opt: 2 of 2 sites rewritten\n"
+
+
+# The one-line summary of a successful run (stderr; -q leaves it out).
+
+@pytest.mark.parametrize("flag", ["-q", "--quiet"])
+def test_quiet_leaves_out_the_summary(flag, tmp_path, capsys):
+    assert main([str(SDY), "--threshold-mib=0", flag]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "stablehlo.collective_permute" in out
+    # Warnings still come: every site below the threshold, nothing rewritten.
+    assert main([str(SDY), flag, "-o", str(tmp_path / "out.mlir")]) == 0
+    err = lines_of(capsys.readouterr().err)
+    assert len(err) == 1 and err[0].startswith("overlap-opt: warning: ")
+
+
+def test_summary_leaves_stdout_as_it_was(capsys):
+    assert main([str(SDY), "--threshold-mib=0", "-q"]) == 0
+    quiet = capsys.readouterr().out
+    assert main([str(SDY), "--threshold-mib=0"]) == 0
+    out, err = capsys.readouterr()
+    assert out == quiet and "sites rewritten" not in out
+    assert err == "overlap-opt: 2 of 2 sites rewritten\n"
+
+
+def test_summary_counts_every_chunk(tmp_path, capsys):
+    path = write(tmp_path, "two.mlir", SDY.read_text() + "// -----\n" + SDY.read_text())
+    assert main([str(path), "--split-input-file", "--threshold-mib=0"]) == 0
+    assert capsys.readouterr().err == "overlap-opt: 4 of 4 sites rewritten\n"
+
+
+def test_summary_of_a_module_without_sites(tmp_path, capsys):
+    assert main([str(write(tmp_path, "f.mlir", SIMPLE))]) == 0
+    assert capsys.readouterr().err == "overlap-opt: no candidate sites\n"
+
+
+def test_no_summary_after_a_failure_or_when_verifying_diagnostics(tmp_path, capsys):
+    assert main([str(write(tmp_path, "bad.mlir", MALFORMED))]) == 1
+    assert "sites" not in capsys.readouterr().err
+    path = write(tmp_path, "split.mlir", SPLIT)   # one chunk of three fails
+    assert main([str(path), "--split-input-file"]) == 1
+    assert "sites" not in capsys.readouterr().err
+    assert main([str(SDY), "--threshold-mib=0", "--verify-diagnostics"]) == 0
     assert capsys.readouterr().err == ""
 
 

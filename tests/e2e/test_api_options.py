@@ -1,13 +1,15 @@
-"""The Python API's keyword options, pipelines, names and warnings.
+"""The Python API's keyword options, pipelines, names, site records and warnings.
 
 Unknown options raise TypeError (naming the valid ones), `pipeline=None` is the
 default pipeline, `input_name` names text input in site locations, and sites left
 unchanged for a reason other than size or profit raise a `SitesLeftUnchanged`
 warning from every rewriting entry point (the same one-line summary overlap-opt
-prints).
+prints). overlap(), rewrite_lowered and rewrite_exported hand back their `Site`
+records (`.sites`) and log `rewrite_summary` at INFO, the line overlap-opt ends with.
 """
 from __future__ import annotations
 
+import logging
 import warnings
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
-from harness import DATA, auto_axis_types, permutes
+from harness import DATA, Program, assert_close, auto_axis_types, permutes
 from overlap_hlo.ir.locations import Where
 from overlap_hlo.rewrite.site import Site
 from overlap_hlo.tools.overlap_opt import main
@@ -155,16 +157,145 @@ def test_overlap_opt_prints_the_same_summary(tmp_path, capsys):
         overlap_hlo.rewrite_source(IN_BRANCH, threshold_mib=0)
     summary = str(caught[0].message).removeprefix("overlap-hlo: ").replace(
         "overlap_hlo.remarks()", "--remarks")
-    assert capsys.readouterr().err == f"overlap-opt: warning: {summary}\n"
-    # --remarks already reports every site; the summary would only repeat it.
+    tally = overlap_hlo.rewrite_summary(overlap_hlo.remarks(IN_BRANCH, threshold_mib=0))
+    assert tally.startswith("0 of 1 site rewritten; 1 left unchanged (inside a "
+                            "stablehlo.if branch")
+    assert capsys.readouterr().err == (f"overlap-opt: {tally}\n"
+                                       f"overlap-opt: warning: {summary}\n")
+    # --remarks already reports every site; the warning would only repeat it.
     assert main([str(path), "--threshold-mib=0", "--remarks"]) == 0
     err = capsys.readouterr().err
     assert "warning" not in err and "left unchanged: inside a stablehlo.if branch" in err
-    # Every site below the threshold, nothing rewritten: said, once.
+    assert err.endswith(f"overlap-opt: {tally}\n")
+    # Every site below the threshold, nothing rewritten: the tally, then the warning.
     assert main([str(SDY), "-o", str(tmp_path / "small.mlir")]) == 0
-    err = capsys.readouterr().err
-    assert err.startswith("overlap-opt: warning: ") and "below threshold-mib" in err
-    assert err.count("\n") == 1
+    tally, warning = capsys.readouterr().err.splitlines()
+    assert tally == ("overlap-opt: 0 of 2 sites rewritten; 2 left unchanged "
+                     "(below threshold-mib)")
+    assert warning.startswith("overlap-opt: warning: ") and "below threshold-mib" in warning
+
+
+# What a run did: the one-line summary and the site records.
+
+def test_rewrite_summary_counts_outcomes():
+    rewritten = site("", applied=True)
+    assert overlap_hlo.rewrite_summary([rewritten] * 4) == "4 of 4 sites rewritten"
+    assert overlap_hlo.rewrite_summary([rewritten]) == "1 of 1 site rewritten"
+    assert overlap_hlo.rewrite_summary([rewritten, rewritten, site("not profitable")]) == (
+        "2 of 3 sites rewritten; 1 left unchanged (not profitable)")
+    assert overlap_hlo.rewrite_summary(
+        [site("inside a branch"), rewritten, site("below threshold-mib"),
+         site("below threshold-mib")]) == (
+        "1 of 4 sites rewritten; 3 left unchanged (2 below threshold-mib, "
+        "1 inside a branch)")
+    assert overlap_hlo.rewrite_summary([site("below threshold-mib")]) == (
+        "0 of 1 site rewritten; 1 left unchanged (below threshold-mib)")
+    assert overlap_hlo.rewrite_summary([]) == "no candidate sites"
+
+
+def psum_mlp(x, w1, w2):
+    """Megatron's tensor-parallel MLP: column- then row-parallel matmul, then psum."""
+    return jax.lax.psum(jax.nn.gelu(x @ w1) @ w2, "x")
+
+
+def sp_mlp(x, w1, w2):
+    """Sequence-parallel MLP: all_gather the sequence, psum_scatter the output."""
+    h = jax.lax.all_gather(x, "x", axis=0, tiled=True) @ w1
+    return jax.lax.psum_scatter(jax.nn.gelu(h) @ w2, "x", scatter_dimension=0, tiled=True)
+
+
+WEIGHTS = [((32, 128), P(None, "x")), ((128, 32), P("x", None))]
+MLPS = {   # fn, its inputs and output spec, the patterns of its sites
+    "psum": (psum_mlp, [((64, 32), P())] + WEIGHTS, P(), ["overlap-matmul-all-reduce"]),
+    "gather-scatter": (sp_mlp, [((64, 32), P("x"))] + WEIGHTS, P("x"),
+                       ["overlap-all-gather-matmul", "overlap-matmul-reduce-scatter"]),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(MLPS))
+def mlp(request):
+    """(jitted fn, its arguments on 8 host CPU devices, the patterns of its sites)."""
+    fn, inputs, out_specs, patterns = MLPS[request.param]
+    program = Program(fn, (8,), ("x",), inputs, out_specs)
+    return program.jitted(), program.args(), patterns
+
+
+def outcomes(sites) -> list[tuple[str, bool, str]]:
+    return [(s.pattern, s.applied, s.kind) for s in sites]
+
+
+def test_overlap_exposes_the_sites_of_its_last_compile(mlp):
+    fn, args, patterns = mlp
+    step = overlap_hlo.overlap(fn, threshold_mib=0)
+    assert step.sites is None                  # nothing compiled yet
+    assert_close(step(*args), fn(*args), [jnp.float32])
+    assert outcomes(step.sites) == [(pattern, True, "") for pattern in patterns]
+    assert all(isinstance(s, Site) and s.rule.startswith("threshold-mib=0 (explicit)")
+               and s.plan is not None for s in step.sites)
+    lowered = step.lower(*args)                # the rewritten Lowered carries them too
+    assert outcomes(lowered.sites) == outcomes(step.sites)
+    assert len(permutes(overlap_hlo.parse(lowered.as_text()))) > 0
+
+
+def test_sites_left_unchanged_say_why(mlp):
+    fn, args, patterns = mlp
+    step = overlap_hlo.overlap(fn, hardware="tpu-v5e")   # the cost model: too small
+    step(*args)
+    assert outcomes(step.sites) == [(pattern, False, "not profitable") for pattern in patterns]
+    assert all("not profitable on tpu-v5e" in s.reason for s in step.sites)
+    with pytest.warns(overlap_hlo.SitesLeftUnchanged):   # nothing rewritten, all small
+        lowered = overlap_hlo.rewrite_lowered(fn.lower(*args))
+    assert outcomes(lowered.sites) == [(pattern, False, "below threshold-mib")
+                                       for pattern in patterns]
+
+
+def test_sites_follow_the_executable_the_last_call_ran():
+    fn, inputs, out_specs, _ = MLPS["psum"]
+    small = Program(fn, (8,), ("x",), inputs, out_specs)
+    large = Program(fn, (8,), ("x",), [((128, 32), P())] + WEIGHTS, out_specs)
+    step = overlap_hlo.overlap(small.jitted(), threshold_mib=0.01)  # 8 KiB below, 16 above
+    with pytest.warns(overlap_hlo.SitesLeftUnchanged):
+        step(*small.args())
+    assert [s.applied for s in step.sites] == [False]
+    step(*large.args())
+    assert [s.applied for s in step.sites] == [True]
+    step(*small.args())                        # from the cache: no new rewrite
+    assert [s.applied for s in step.sites] == [False] and len(step._compiled) == 2
+
+
+def test_rewrite_lowered_and_exported_carry_their_sites(mlp):
+    fn, args, patterns = mlp
+    want = [(pattern, True, "") for pattern in patterns]
+    lowered = overlap_hlo.rewrite_lowered(fn.lower(*args), threshold_mib=0)
+    assert isinstance(lowered, jax.stages.Lowered) and outcomes(lowered.sites) == want
+    exported = overlap_hlo.rewrite_exported(jax.export.export(fn)(*args), threshold_mib=0)
+    assert isinstance(exported, jax.export.Exported) and outcomes(exported.sites) == want
+    assert_close(exported.call(*args), fn(*args), [jnp.float32])
+    backward = exported.vjp()                  # rewritten on its own: its own records
+    assert backward.sites and all(isinstance(s, Site) for s in backward.sites)
+    assert not hasattr(jax.export.deserialize(exported.serialize()), "sites")
+
+
+def test_each_rewrite_logs_its_summary_at_info(mlp, caplog):
+    fn, args, patterns = mlp
+    tally = {1: "1 of 1 site rewritten", 2: "2 of 2 sites rewritten"}[len(patterns)]
+    caplog.set_level(logging.INFO, logger="overlap_hlo")
+    step = overlap_hlo.overlap(fn, threshold_mib=0)
+    step(*args)
+    step(*args)                                # a cache hit rewrites nothing: no line
+    overlap_hlo.rewrite_lowered(fn.lower(*args), threshold_mib=0)
+    overlap_hlo.rewrite_exported(jax.export.export(fn)(*args), threshold_mib=0)
+    name = fn.__name__                         # the function's, through jax.jit
+    assert name in ("psum_mlp", "sp_mlp")
+    assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
+        ("overlap_hlo.api", logging.INFO, f"overlap-hlo: {name}: {tally}"),
+        ("overlap_hlo.api", logging.INFO, f"overlap-hlo: {tally}"),
+        ("overlap_hlo.api", logging.INFO, f"overlap-hlo: {name}: {tally}"),
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="overlap_hlo"):   # INFO off: silent
+        overlap_hlo.overlap(fn, threshold_mib=0)(*args)
+    assert caplog.records == []
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""The README's JAX example runs as written (in a fresh process, from the repo root)."""
+"""The README's JAX examples run as written (in a fresh process, from the repo root) and
+name the real API."""
 import os
 import re
 import subprocess
@@ -18,6 +19,10 @@ def test_full_training_script_example_runs():
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "README example ok" in done.stdout
+    # The summary it prints is the one its comment shows.
+    (shown,) = re.findall(r"print\(overlap_hlo\.rewrite_summary\(step\.sites\)\)\s*# (.*)",
+                          block)
+    assert done.stdout.splitlines()[0] == shown == "8 of 8 sites rewritten"
 
 
 def test_two_line_example_names_the_real_api():
@@ -26,3 +31,7 @@ def test_two_line_example_names_the_real_api():
 
     assert callable(overlap_hlo.overlap)
     assert "bidirectional=True" in block
+    # Reading what it did: the records of the last compile and their summary line.
+    assert "overlap_hlo.rewrite_summary(step.sites)" in block and "site.format()" in block
+    assert overlap_hlo.overlap(lambda x: x).sites is None   # before the first call
+    assert callable(overlap_hlo.rewrite_summary) and callable(overlap_hlo.Site.format)
