@@ -54,7 +54,7 @@ import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from overlap_hlo.targets import report, tpu  # noqa: E402
+from overlap_hlo.targets import report, tpu, tpu_plugin  # noqa: E402
 from overlap_hlo.targets.schedule import Timing  # noqa: E402
 
 # The TPU forms (the report's default target), and the forms every backend runs.
@@ -251,11 +251,12 @@ def source_state() -> dict:
 
 def versions() -> dict:
     found = {}
-    for package in ("jax", "jaxlib", "libtpu"):
+    for package in ("jax", "jaxlib"):
         try:
             found[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             found[package] = None
+    found["libtpu"] = tpu_plugin.version()   # a private install has no site-packages entry
     return found
 
 

@@ -4,7 +4,9 @@ import os
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_force_host_platform_device_count=8").strip()
 
-# libtpu (the [tpu] extra) is for tests/test_tpu*.py, which compile for TPU ahead of time
-# without a TPU backend. Every other JAX process here (this one and its subprocesses)
-# stays on the CPU, so none loads libtpu, prints its warnings or takes its lock file.
+# libtpu (python -m overlap_hlo.targets.tpu_plugin install) is for
+# tests/targets/test_tpu*.py, which compile for TPU ahead of time without a TPU backend.
+# Every other JAX process here (this one and its subprocesses) stays on the CPU, so none
+# loads a libtpu that JAX finds by itself (jax[tpu] in site-packages), prints its
+# warnings or takes its lock file.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")

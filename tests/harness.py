@@ -134,16 +134,18 @@ def ops_named(module: ir.Module, *names: str) -> list[ir.Operation]:
 
 
 def require_libtpu() -> None:
-    """Skip the calling test module unless libtpu (the `tpu` extra) is importable, and
-    let its compiles run beside another process that holds libtpu's lock file."""
-    import importlib.util
+    """Skip the calling test module unless libtpu is installed (privately, python -m
+    overlap_hlo.targets.tpu_plugin install, or where JAX finds it), and let its compiles
+    run beside another process that holds libtpu's lock file."""
     import os
 
     import pytest
 
-    if importlib.util.find_spec("libtpu") is None:
-        pytest.skip("libtpu is not installed (pip install -e '.[tpu]'): no TPU compiler",
-                    allow_module_level=True)
+    from overlap_hlo.targets import tpu_plugin
+
+    if not tpu_plugin.available():
+        pytest.skip("libtpu is not installed (python -m overlap_hlo.targets.tpu_plugin "
+                    "install): no TPU compiler", allow_module_level=True)
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 

@@ -389,6 +389,31 @@ def boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"'{text}' is not true or false")
 
 
+def tpu_slice(text: str) -> str:
+    """An argparse type: a TPU slice, GENERATION:SHAPE or an accelerator type such as
+    v5e-8 (overlap_hlo.targets.tpu.slice_name), kept as given; another name is a usage
+    error. Imports the TPU module, not libtpu, and only when a slice is named."""
+    from overlap_hlo.targets import tpu
+
+    try:
+        tpu.slice_name(text)
+    except tpu.UnknownTopology as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
+def gpu_target(text: str) -> str:
+    """An argparse type: a GPU target such as h100:8 (overlap_hlo.targets.gpu.parse),
+    kept as given; another name is a usage error."""
+    from overlap_hlo.targets import gpu
+
+    try:
+        gpu.parse(text)
+    except gpu.UnknownTarget as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
 def _at_least(kind: type, low, name: str):
     """An argparse type: `kind(text)`, not nan, and >= `low`."""
     def parse(text: str):

@@ -8,14 +8,15 @@ rewrite and report, per site, what the compiler's schedule overlaps.
                    [--hardware=NAME] [--pass-pipeline=P] [--json OUT] [--timeline OUT.svg]
                    [-o OUT.mlir]
 
---tpu needs libtpu (pip install 'overlap-hlo[tpu]'); --gpu needs JAX's CUDA plugin
-(python -m overlap_hlo.targets.gpu_plugin install); --timeline needs matplotlib (the
-`bench` extra). Input and output as for overlap-opt (tools/cli.py): MLIR text (a UTF-8 byte
-order mark is ignored), bytecode or a portable artifact, at most cli.MAX_INPUT_BYTES;
---json, --timeline and -o (the module the report kept, MLIR text with locations) are
-checked before any compile work and replaced atomically.
-Exit status: 0 success; 1 failure (unreadable input, libtpu or the CUDA plugin
-missing, the module does not fit the slice or does not compile, an output not writable); 2 usage error. Killed
+--tpu needs libtpu (python -m overlap_hlo.targets.tpu_plugin install); --gpu needs
+JAX's CUDA plugin (python -m overlap_hlo.targets.gpu_plugin install); --timeline needs
+matplotlib (the `bench` extra). Input and output as for overlap-opt (tools/cli.py): MLIR
+text (a UTF-8 byte order mark is ignored), bytecode or a portable artifact, at most
+cli.MAX_INPUT_BYTES; --json, --timeline and -o (the module the report kept, MLIR text
+with locations) are checked before any compile work and replaced atomically.
+Exit status: 0 success; 1 failure (unreadable input, libtpu or the CUDA plugin missing,
+the module does not fit the slice or does not compile, an output not writable); 2 usage
+error (an unknown TPU topology or GPU target among them). Killed
 by SIGINT, SIGTERM or SIGHUP it says so in one line, deletes its temporary output file
 and dies of that signal.
 """
@@ -65,13 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
                              f"{cli.MAX_INPUT_BYTES >> 30} GiB); '-' (the default) reads "
                              "stdin")
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--tpu", metavar="TOPOLOGY",
-                       help="TPU slice to compile for, e.g. v5e:2x4, v5p:2x2x2, v6e:2x4, "
-                            "v4:2x2x1")
-    where.add_argument("--gpu", metavar="TARGET",
+    where.add_argument("--tpu", metavar="TOPOLOGY", type=cli.tpu_slice,
+                       help="TPU slice to compile for: GENERATION:SHAPE, e.g. "
+                            "v5e:2x4, v5p:2x2x2, v6e:2x4, v4:2x2x1, or a Cloud TPU "
+                            "accelerator type, which means the shape Google's TPU docs "
+                            "give it: v5e-N and v6e-N count chips (v5e-8, v6e-8: 2x4), "
+                            "v4-N and v5p-N TensorCores, two per chip (v4-8: 2x2x1, "
+                            "v5p-16: 2x2x2); the report names both")
+    where.add_argument("--gpu", metavar="TARGET", type=cli.gpu_target,
                        help="NVIDIA GPUs to compile for: MODEL:DEVICES or "
-                            "MODEL:HOSTSxDEVICES, MODEL h100, h200 or b200, e.g. h100:8, "
-                            "h100:2x8 (times: kernels priced by the analytic model)")
+                            "MODEL:HOSTSxDEVICES, MODEL h100, h200, b200 or a100 (the "
+                            "80 GB SXM4 part), e.g. h100:8, h100:2x8 (times: kernels "
+                            "priced by the analytic model)")
     parser.add_argument("--pass-pipeline", default=overlap_hlo.DEFAULT_PIPELINE,
                         metavar="PIPELINE", help="as for overlap-opt (default: %(default)s)")
     cli.add_pass_flags(parser)
@@ -106,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from overlap_hlo.targets import aot, gpu, report
+    from overlap_hlo.targets import aot, gpu, report, tpu
 
     options = cli.pass_flags(args)
     _check_pipeline(args.pass_pipeline, options)
@@ -126,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
             rep = on_large_stack(lambda: report.build(
                 module, gpu.target(args.gpu) if args.gpu else args.tpu, args.pass_pipeline,
                 input_name=input_name, timeline=args.timeline is not None, **options))
+    except (tpu.UnknownTopology, gpu.UnknownTarget) as err:   # a shape libtpu rejects
+        raise CliError(_one_line(err), EXIT_USAGE) from None
     except aot.TargetError as err:
         raise CliError(_one_line(err)) from None
     except ir.MLIRError as err:

@@ -38,6 +38,10 @@ class TargetMismatch(GpuError):
     """The target is unknown or its device count does not fit the module."""
 
 
+class UnknownTarget(TargetMismatch):
+    """The name is no GPU target (a usage error on the command line)."""
+
+
 ERRORS = aot.Errors(GpuError, TargetMismatch, "XLA's GPU compiler")
 COMPILER_OPTIONS = {"xla_gpu_enable_latency_hiding_scheduler": True}
 # What a rewritten module is compiled with (README, "Making the permutes overlap"): by
@@ -64,6 +68,7 @@ MODELS = {
     "h100": Model("NVIDIA H100 80GB HBM3", "h100-sxm"),
     "h200": Model("NVIDIA H200 141GB HBM3e", "h200"),
     "b200": Model("NVIDIA B200", "b200"),
+    "a100": Model("NVIDIA A100-SXM4-80GB", "a100"),   # the 80 GB SXM4 part
 }
 _NAME = re.compile(r"^([a-z0-9]+):(?:(\d+)x)?(\d+)$")
 
@@ -93,12 +98,12 @@ def parse(name: str) -> tuple[Model, int, int]:
     """(model, hosts, devices per host) of a target name such as "h100:8", "b200:2x8"."""
     match = _NAME.match(name.lower())
     if match is None or match.group(1) not in MODELS:
-        raise TargetMismatch(
+        raise UnknownTarget(
             f"unknown GPU target '{name}' (expected MODEL:DEVICES or MODEL:HOSTSxDEVICES "
             f"with MODEL one of {', '.join(MODELS)}, e.g. h100:8 or h100:2x8)")
     hosts, per_host = int(match.group(2) or 1), int(match.group(3))
     if hosts < 1 or per_host < 1:
-        raise TargetMismatch(f"GPU target '{name}' has no devices")
+        raise UnknownTarget(f"GPU target '{name}' has no devices")
     return MODELS[match.group(1)], hosts, per_host
 
 

@@ -15,17 +15,17 @@ from __future__ import annotations
 import importlib.util
 import mmap
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
+
+from overlap_hlo.targets import private_install
 
 PACKAGE = "jax-cuda12-pjrt"
 LIBRARY = os.path.join("jax_plugins", "xla_cuda12", "xla_cuda_plugin.so")
 SITE_MODULE = "jax_plugins.xla_cuda12"   # where jax[cuda12] installs it
 
 
-class PluginMissing(LookupError):
+class PluginMissing(private_install.Missing):
     """No CUDA plugin is installed, privately or in site-packages."""
 
 
@@ -38,8 +38,7 @@ def jaxlib_version() -> str:
 def private_dir() -> str:
     """Where `install` puts the plugin of this environment's jaxlib (under sys.prefix,
     so that it goes with the environment)."""
-    return os.path.join(sys.prefix, "share", "overlap-hlo",
-                        f"{PACKAGE}-{jaxlib_version()}")
+    return os.path.join(private_install.root(), f"{PACKAGE}-{jaxlib_version()}")
 
 
 def site_library() -> str | None:
@@ -128,44 +127,13 @@ def install(directory: str | None = None, run=subprocess.run) -> str:
     """Install the plugin matching this jaxlib into `directory` (default `private_dir()`)
     with pip, without dependencies (no NVIDIA libraries: compiling needs none), replacing
     what is there; returns the library's path. `run` runs the pip command."""
-    directory = os.path.abspath(directory or private_dir())
-    parent = os.path.dirname(directory)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".install-", dir=parent)
-    try:
-        run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
-             "--target", staging, f"{PACKAGE}=={jaxlib_version()}"], check=True)
-        if not os.path.isfile(os.path.join(staging, LIBRARY)):
-            raise PluginMissing(f"{PACKAGE} installed no {LIBRARY}")
-        if os.path.isdir(directory):
-            shutil.rmtree(directory)
-        os.rename(staging, directory)
-    finally:
-        if os.path.isdir(staging):
-            shutil.rmtree(staging)
-    return os.path.join(directory, LIBRARY)
+    return private_install.install(f"{PACKAGE}=={jaxlib_version()}",
+                                   directory or private_dir(), LIBRARY, run)
 
 
 def main(argv: list[str] | None = None) -> int:
     """`install`: install the plugin privately; `where`: print the library used."""
-    args = sys.argv[1:] if argv is None else list(argv)
-    if args == ["install"]:
-        try:
-            print(install())
-        except (OSError, subprocess.CalledProcessError, PluginMissing) as err:
-            print(f"gpu_plugin: install failed: {err}", file=sys.stderr)
-            return 1
-        return 0
-    if args == ["where"]:
-        try:
-            print(library())
-        except PluginMissing as err:
-            print(f"gpu_plugin: {err}", file=sys.stderr)
-            return 1
-        return 0
-    print("usage: python -m overlap_hlo.targets.gpu_plugin install | where",
-          file=sys.stderr)
-    return 2
+    return private_install.main(argv, "overlap_hlo.targets.gpu_plugin", install, library)
 
 
 if __name__ == "__main__":

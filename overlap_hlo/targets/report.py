@@ -144,6 +144,12 @@ class Report:
     candidates: dict[str, float] = field(default_factory=dict)   # name -> predicted us
     platform: str = "TPU"
     times: str = ""     # where compute times come from (default: the compiler's cycles)
+    requested: str = ""   # the accelerator type the slice was named by ("v5e-8"), if any
+
+    @property
+    def where(self) -> str:
+        """The topology as the report names it: "v5e-8 (v5e:2x4)" when asked by type."""
+        return f"{self.requested} ({self.topology})" if self.requested else self.topology
 
     @property
     def original_us(self) -> float:
@@ -175,7 +181,8 @@ class Report:
 
     def to_json(self) -> dict:
         return {
-            "topology": self.topology, "hardware": self.hardware,
+            "topology": self.topology, "requested": self.requested or None,
+            "hardware": self.hardware,
             "clock_ghz": self.clock_ghz, "options": self.options,
             "sites": [dict(asdict(row), speedup=row.speedup, slower=row.slower,
                            moved_here=row.moved_here)
@@ -243,7 +250,7 @@ class Report:
                         "copied; with --unroll=2 it alternates between two)"
                         if self.rewritten.loop_copies else "")
                      + "; "
-                     f"{self.topology} ({self.hardware} links, {self.times_from})")
+                     f"{self.where} ({self.hardware} links, {self.times_from})")
         if self.chosen:
             tried = ", ".join(f"{name} {us:.1f} us" for name, us in self.candidates.items())
             lines.append(f"chosen by the compiled schedule: {self.chosen} (candidates: "
@@ -263,7 +270,7 @@ class Report:
                   else "slower" if self.rewritten_us > self.original_us * (1 + SLOWER_TOLERANCE)
                   else "no faster")
         text = (f"verdict: predicted {change}, {self.original_us:.1f} us -> "
-                f"{self.rewritten_us:.1f} us ({self.speedup:.2f}x) on {self.topology}")
+                f"{self.rewritten_us:.1f} us ({self.speedup:.2f}x) on {self.where}")
         text += (f"; {len(slower)} of {len(self.sites)} rewritten site(s) predicted slower"
                  if slower else "; no rewritten site predicted slower")
         left = [row for row in self.sites if not row.applied]
@@ -357,7 +364,8 @@ def build_variants(source, topology: str | tpu.Topology | gpu.Target, variants: 
         reports[name] = Report(topo.name, timing.hardware.name, timing.clock_ghz,
                                options, rows, original, result.analysis,
                                original.temp_bytes, result.analysis.temp_bytes,
-                               result.module, chosen, candidates, kind.platform, kind.times)
+                               result.module, chosen, candidates, kind.platform, kind.times,
+                               getattr(topo, "requested", ""))
     return reports
 
 

@@ -4,9 +4,12 @@
     pair = overlap_hlo.targets.tpu.compile_pair(module_text, topo, bidirectional=True)
     pair.original.hlo_module, pair.rewritten.memory.temp_size_in_bytes
 
-libtpu (`pip install 'overlap-hlo[tpu]'`) holds the TPU compiler; JAX's
+libtpu holds the TPU compiler (`tpu_plugin`: `python -m overlap_hlo.targets.tpu_plugin
+install` keeps it where JAX does not load it in every program); JAX's
 `jax.experimental.topologies` describes a slice by name ("v5e:2x4", "v5p:2x2x2",
 "v6e:2x4", "v4:2x2x1", ...), and compiling for its devices runs the real TPU compiler.
+Cloud TPU's accelerator types ("v5e-8", "v5p-16") name the slice of the shape their
+documentation gives (`ACCELERATOR_TYPES`).
 A module (MLIR text or bytecode, an `ir.Module`, a `jax.export.Exported` or a
 `jax.stages.Lowered`) is compiled through a placeholder `jax.jit` lowering for the
 slice's devices whose module is swapped for the input's (partition i runs on the
@@ -14,8 +17,9 @@ slice's device i; `aot`, which the GPU target shares). Nothing here runs at impo
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
-import importlib.util
+import re
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
@@ -24,7 +28,7 @@ from overlap_hlo.plan import cost
 from overlap_hlo.plan.ring_order import Links
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE
 from overlap_hlo.rewrite.site import Site
-from overlap_hlo.targets import aot
+from overlap_hlo.targets import aot, tpu_plugin
 
 
 class TpuError(aot.TargetError):
@@ -37,6 +41,10 @@ class TpuUnavailable(TpuError):
 
 class TopologyMismatch(TpuError):
     """The topology is unknown or its device count does not fit the module."""
+
+
+class UnknownTopology(TopologyMismatch):
+    """The name is no TPU slice (a usage error on the command line)."""
 
 
 @dataclass(frozen=True)
@@ -66,12 +74,55 @@ CHIPS = {
 }
 
 
+# Cloud TPU's accelerator types, GENERATION-COUNT: v4 and v5p count TensorCores (two per
+# chip), v5e and v6e count chips. Each maps to the slice shape the generation's page on
+# cloud.google.com/tpu/docs gives for it (v4, v5p: 3-D; v5e, v6e: 2-D; "v5litepod" is
+# v5e's name in the API).
+_CUBE_SHAPES = {8: "2x2x1", 16: "2x2x2", 32: "2x2x4", 64: "2x4x4", 128: "4x4x4",
+                256: "4x4x8", 512: "4x8x8", 1024: "8x8x8", 2048: "8x8x16", 4096: "8x16x16"}
+_TORUS_SHAPES = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8",
+                 128: "8x16", 256: "16x16"}
+ACCELERATOR_TYPES = {"v4": ("v4", _CUBE_SHAPES), "v5p": ("v5p", _CUBE_SHAPES),
+                     "v5e": ("v5e", _TORUS_SHAPES), "v5litepod": ("v5e", _TORUS_SHAPES),
+                     "v6e": ("v6e", _TORUS_SHAPES)}
+_SLICE = re.compile(r"^([a-z0-9]+):(\d+(?:x\d+)*)$")
+_ACCELERATOR_TYPE = re.compile(r"^([a-z0-9]+)-(\d+)$")
+
+
+def slice_name(name: str) -> str:
+    """The GENERATION:SHAPE slice `name` stands for: itself (in lower case), or the
+    shape of an accelerator type ("v5e-8" -> "v5e:2x4", "v5p-16" -> "v5p:2x2x2");
+    UnknownTopology for any other name. Whether libtpu knows the shape is not checked."""
+    text = name.strip().lower()
+    match = _SLICE.match(text)
+    if match is not None and match.group(1) in CHIPS:
+        return text
+    match = _ACCELERATOR_TYPE.match(text)
+    if match is not None and match.group(1) in ACCELERATOR_TYPES:
+        generation, shapes = ACCELERATOR_TYPES[match.group(1)]
+        count = int(match.group(2))
+        if count in shapes:
+            return f"{generation}:{shapes[count]}"
+        raise UnknownTopology(
+            f"unknown TPU accelerator type '{name}': {match.group(1)}-N takes N in "
+            f"{', '.join(map(str, shapes))} ({_counts(generation)})")
+    raise UnknownTopology(
+        f"unknown TPU topology '{name}' (expected GENERATION:SHAPE with GENERATION one "
+        f"of {', '.join(CHIPS)}, e.g. v5e:2x4 or v5p:2x2x2, or an accelerator type such "
+        "as v5e-8, v6e-8 (chips), v4-8 or v5p-16 (TensorCores))")
+
+
+def _counts(generation: str) -> str:
+    return "TensorCores, two per chip" if generation in ("v4", "v5p") else "chips"
+
+
 @dataclass(frozen=True)
 class Topology:
-    name: str
+    name: str           # GENERATION:SHAPE
     generation: str
     devices: tuple
     chip: Chip
+    requested: str = ""   # the accelerator type it was named by ("v5e-8"), if any
 
     @property
     def hardware(self) -> cost.Hardware:
@@ -82,6 +133,11 @@ class Topology:
         return len(self.devices)
 
     @property
+    def label(self) -> str:
+        """The name, with the accelerator type it was asked for: "v5e-8 (v5e:2x4)"."""
+        return f"{self.requested} ({self.name})" if self.requested else self.name
+
+    @property
     def links(self) -> Links:
         """Where device i (partition i of a compiled module) sits: its chip's
         coordinates, the slice's extents and their wraparound (docs/reference.md)."""
@@ -90,27 +146,26 @@ class Topology:
         return Links(coords, extents, tuple(self.chip.wraps(n) for n in extents))
 
 
-def libtpu_available() -> bool:
-    return importlib.util.find_spec("libtpu") is not None
-
-
 @functools.lru_cache(maxsize=None)
 def topology(name: str) -> Topology:
-    """The devices of a named TPU slice, e.g. "v5e:2x4" (libtpu's stderr chatter about
-    the missing accelerator is kept off the terminal)."""
-    generation = name.split(":", 1)[0].lower()
-    if ":" not in name or generation not in CHIPS:
-        raise TopologyMismatch(f"unknown TPU topology '{name}' (expected GENERATION:SHAPE "
-                               f"with GENERATION one of {', '.join(CHIPS)}, e.g. v5e:2x4)")
-    if not libtpu_available():
-        raise TpuUnavailable("libtpu is not installed; install it with "
-                             "pip install 'overlap-hlo[tpu]'")
+    """The devices of a named TPU slice, e.g. "v5e:2x4", or of an accelerator type,
+    e.g. "v5e-8" (the same slice, `requested` "v5e-8"). libtpu's stderr chatter about
+    the missing accelerator is kept off the terminal."""
+    canonical = slice_name(name)
+    if canonical != name:
+        requested = "" if canonical == name.strip().lower() else name.strip().lower()
+        return dataclasses.replace(topology(canonical), requested=requested)
+    try:
+        tpu_plugin.library()
+    except tpu_plugin.LibtpuMissing as err:
+        raise TpuUnavailable(str(err)) from None
     from jax.experimental import topologies
 
     error = None
     with _quiet_stderr() as chatter:
         try:
-            desc = topologies.get_topology_desc(topology_name=name, platform="tpu")
+            with tpu_plugin.selected():
+                desc = topologies.get_topology_desc(topology_name=name, platform="tpu")
         except Exception as err:  # libtpu reports everything as a runtime error
             error = err
     if error is not None:
@@ -121,10 +176,11 @@ def topology(name: str) -> Topology:
                 f"libtpu is in use by another process ({message}); set "
                 "ALLOW_MULTIPLE_LIBTPU_LOAD=1 to compile alongside it") from None
         if "topology" in message.lower() or "invalid" in message.lower():
-            raise TopologyMismatch(f"TPU topology '{name}': {message}") from None
+            raise UnknownTopology(f"TPU topology '{name}': {message}") from None
         details = chatter().splitlines()
         raise TpuUnavailable(f"libtpu could not describe '{name}': {message}"
                              + (f" ({details[-1]})" if details else "")) from None
+    generation = name.split(":", 1)[0]
     return Topology(name, generation, tuple(desc.devices), CHIPS[generation])
 
 

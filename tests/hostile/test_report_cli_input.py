@@ -7,7 +7,6 @@ for v5e:2x4 with libtpu, a few seconds each.
 from __future__ import annotations
 
 import errno
-import importlib.util
 import io
 import json
 import os
@@ -23,14 +22,14 @@ from jaxlib.mlir import ir
 import overlap_hlo
 from harness import ROOT, one_error_line
 from overlap_hlo.api import BYTECODE_MAGIC, UTF8_BOM
-from overlap_hlo.targets import report
+from overlap_hlo.targets import report, tpu_plugin
 from overlap_hlo.tools import cli
 from overlap_hlo.tools.report import main
 
 EXAMPLE = ROOT / "examples" / "tp_mlp.mlir"   # 8 partitions: one gather, one scatter
 TOOL = [sys.executable, "-m", "overlap_hlo.tools.report"]
 TPU = "--tpu=v5e:2x4"
-needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+needs_libtpu = pytest.mark.skipif(not tpu_plugin.available(),
                                   reason="libtpu is not installed: no TPU compiler")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
@@ -181,6 +180,35 @@ def test_usage_errors_exit_2(source, capsys, no_compile):
         "overlap-report: error: argument --unroll: '0' must be >= 1 (see --help)")
 
 
+@pytest.mark.parametrize("flag, message", [
+    ("--tpu=v9x:2x2", "argument --tpu: unknown TPU topology 'v9x:2x2' (expected "
+                      "GENERATION:SHAPE"),
+    ("--tpu=v5e-7", "argument --tpu: unknown TPU accelerator type 'v5e-7': v5e-N takes N "
+                    "in 1, 4, 8,"),
+    ("--tpu=h100:8", "argument --tpu: unknown TPU topology 'h100:8'"),
+    ("--gpu=a100:7x", "argument --gpu: unknown GPU target 'a100:7x'"),
+    ("--gpu=v5e:2x4", "argument --gpu: unknown GPU target 'v5e:2x4'"),
+])
+def test_unknown_topology_or_target_is_a_usage_error(source, capsys, no_compile, flag,
+                                                     message):
+    """Refused before the input is read or libtpu loaded: exit status 2, one line."""
+    assert main([str(source), flag]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"overlap-report: error: {message}") and line.endswith(
+        "(see --help)")
+
+
+@pytest.mark.parametrize("name", ["v5e-8", "v5p-16", "v6e-8", "v4-8", "v5e:2x4"])
+def test_accelerator_types_reach_the_report_as_given(source, monkeypatch, capsys, name):
+    """The report describes the slice (tpu.topology maps an accelerator type to its
+    shape, tests/targets/test_tpu_names.py) and names it as the user did."""
+    asked = []
+    monkeypatch.setattr(report, "build", lambda module, topology, *a, **k:
+                        asked.append(topology) or StubReport())
+    assert main([str(source), f"--tpu={name}"]) == 0, capsys.readouterr().err
+    assert asked == [name]
+
+
 # Closed streams and signals: a process of their own.
 
 @pytest.mark.parametrize("redirect, flags, message", [
@@ -201,7 +229,7 @@ def test_closed_standard_streams(redirect, flags, message):
 
 STUB = """
 import os, sys, signal, time
-from overlap_hlo.targets import report
+from overlap_hlo.targets import report, tpu_plugin
 from overlap_hlo.tools import report as report_cli
 sys.path[:0] = sys.argv.pop(1).split(os.pathsep)
 from test_report_cli_input import StubReport

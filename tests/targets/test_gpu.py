@@ -118,6 +118,23 @@ def test_two_hosts_and_other_models():
     assert compiled.memory.temp_size_in_bytes > 0
 
 
+def test_a100_compiles_with_its_description_and_profile(tmp_path, capsys):
+    """a100 (the 80 GB SXM4 part, the `a100` cost profile): XLA's description of it from
+    the plugin, or this package's copy where the plugin carries none (jaxlib 0.10)."""
+    a100 = gpu.target("a100:8")
+    assert a100.devices[0].device_kind == "NVIDIA A100-SXM4-80GB"
+    assert a100.hardware.name == "a100"
+    source = tmp_path / "gather.mlir"
+    source.write_text(lowered(a100).as_text())
+    out = tmp_path / "report.json"
+    assert report_cli.main([str(source), "--gpu=a100:8", "--threshold-mib=0",
+                            "--no-bidirectional", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert (data["topology"], data["hardware"]) == ("a100:8", "a100")
+    assert data["permutes"] == data["overlapped"] > 0
+    assert "on a100:8" in capsys.readouterr().out
+
+
 def test_device_count_must_fit():
     module = aot.as_module(lowered(H100))
     with pytest.raises(gpu.TargetMismatch, match="written for 8 device.*h100:2x8 has 16"):
@@ -149,12 +166,15 @@ def test_the_profile_deciding_tries_no_tpu_candidate():
 @pytest.mark.parametrize("argv, message", [
     (["--gpu=h100:8", "--tpu=v5e:2x4"], "not allowed with argument"),
     ([], "one of the arguments --tpu --gpu is required"),
-    (["--gpu=h100:7x"], "unknown GPU target"),
+    (["--gpu=h100:7x"], "argument --gpu: unknown GPU target 'h100:7x'"),
+    (["--gpu=v100:8"], "MODEL one of h100, h200, b200, a100"),
 ])
 def test_cli_target_errors(argv, message, capsys):
+    """Each is a usage error: exit status 2, one line."""
     code = report_cli.main([str(ROOT / "examples" / "transformer_layer.mlir"), *argv])
-    assert code == (1 if "unknown" in message else 2)
-    assert message in capsys.readouterr().err
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
 
 
 def scattered_dot(a, b):

@@ -11,8 +11,8 @@ from overlap_hlo.targets import gpu, gpu_plugin
 
 
 def test_unknown_targets_are_clear_errors():
-    for name in ("h100", "h100:", "v5e:2x4", "a100:8", "h100:2x", "h100:0", "h100:1x2x8"):
-        with pytest.raises(gpu.TargetMismatch, match="unknown GPU target|no devices"):
+    for name in ("h100", "h100:", "v5e:2x4", "v100:8", "h100:2x", "h100:0", "h100:1x2x8"):
+        with pytest.raises(gpu.UnknownTarget, match="unknown GPU target|no devices"):
             gpu.target(name)
 
 
@@ -20,6 +20,8 @@ def test_target_names():
     assert gpu.parse("h100:8") == (gpu.MODELS["h100"], 1, 8)
     assert gpu.parse("H200:2x8") == (gpu.MODELS["h200"], 2, 8)
     assert gpu.parse("b200:4") == (gpu.MODELS["b200"], 1, 4)
+    assert gpu.parse("a100:8") == (gpu.MODELS["a100"], 1, 8)
+    assert gpu.MODELS["a100"].description == "NVIDIA A100-SXM4-80GB"   # the a100 profile's
 
 
 def test_missing_plugin_is_a_clear_error(monkeypatch, tmp_path):
@@ -68,7 +70,7 @@ def test_bundled_descriptions_cover_every_model():
             kept = [line for line in carried.splitlines()
                     if line.split(":")[0].strip() not in gpu_plugin.NEWER_FIELDS]
             assert text.splitlines() == kept
-    assert gpu_plugin.bundled_target_config("NVIDIA A100-SXM4-80GB") is None
+    assert gpu_plugin.bundled_target_config("NVIDIA A100 80GB PCIe") is None
 
 
 def test_install_replaces_the_private_copy(tmp_path):

@@ -2,7 +2,8 @@
 structure: which permutes overlap a matmul, which collectives are left, how many
 transfers each ring makes. No timings are asserted.
 
-Skipped only when libtpu cannot be imported (pip install -e '.[tpu]').
+Skipped only when libtpu is not installed (python -m overlap_hlo.targets.tpu_plugin
+install).
 """
 import json
 import os
@@ -23,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import overlap_hlo  # noqa: E402
-from overlap_hlo.targets import report, schedule, tpu  # noqa: E402
+from overlap_hlo.targets import report, schedule, tpu, tpu_plugin  # noqa: E402
 from overlap_hlo.tools import report as report_cli  # noqa: E402
 
 GATHER = "overlap-all-gather-matmul"
@@ -200,14 +201,24 @@ def test_device_count_must_fit():
         tpu.topology("h100:8")
 
 
-def test_missing_libtpu_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(tpu, "libtpu_available", lambda: False)
+def test_missing_libtpu_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(tpu_plugin, "private_dir", lambda: str(tmp_path / "none"))
+    monkeypatch.setattr(tpu_plugin, "site_library", lambda: None)
     tpu.topology.cache_clear()
     try:
-        with pytest.raises(tpu.TpuUnavailable, match=r"pip install 'overlap-hlo\[tpu\]'"):
+        with pytest.raises(tpu.TpuUnavailable,
+                           match=r"python -m overlap_hlo.targets.tpu_plugin install"):
             tpu.topology("v5e:4x4")
     finally:
         tpu.topology.cache_clear()
+
+
+def test_describing_a_slice_leaves_the_environment_as_it_was():
+    """libtpu is named to JAX (TPU_LIBRARY_PATH) only while a slice is described: the
+    processes this one starts later load no libtpu."""
+    before = os.environ.get(tpu_plugin.ENV)
+    assert tpu.topology("v5p:2x2x1").device_count == 4
+    assert os.environ.get(tpu_plugin.ENV) == before
 
 
 def test_cli_json_and_timeline(tmp_path, capsys):
@@ -235,6 +246,22 @@ def test_cli_json_and_timeline(tmp_path, capsys):
     assert data["sites_slower"] == [s["location"] for s in data["sites"] if s["slower"]]
     assert printed.out.splitlines()[-1].startswith("verdict: predicted ")
     assert f"({data['speedup']:.2f}x) on v5e:2x4" in printed.out
+    assert (data["topology"], data["requested"]) == ("v5e:2x4", None)
+
+
+def test_cli_takes_an_accelerator_type(tmp_path, capsys):
+    """--tpu=v5e-8 compiles for v5e:2x4, the shape Google's docs give a v5e-8 (8 chips),
+    and the report names both."""
+    source = tmp_path / "mlp.mlir"
+    source.write_text(lowered_mlp("v5e:2x4").as_text())
+    out = tmp_path / "report.json"
+    code = report_cli.main([str(source), "--tpu=v5e-8", "--threshold-mib=0", f"--json={out}"])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    data = json.loads(out.read_text())
+    assert (data["topology"], data["requested"]) == ("v5e:2x4", "v5e-8")
+    assert printed.out.splitlines()[-1].startswith("verdict: predicted ")
+    assert f"({data['speedup']:.2f}x) on v5e-8 (v5e:2x4)" in printed.out
 
 
 def test_cli_flags_a_slower_site_and_says_why(tmp_path, capsys):
@@ -313,7 +340,9 @@ def test_cli_lists_unchanged_sites_without_a_python_warning(tmp_path):
 
 @pytest.mark.parametrize("argv, code, message", [
     (["{src}", "--tpu=v5e:2x2", "--threshold-mib=0"], 1, "written for 8 device"),
-    (["{src}", "--tpu=v9x:2x2"], 1, "unknown TPU topology"),
+    (["{src}", "--tpu=v9x:2x2"], 2, "unknown TPU topology"),
+    (["{src}", "--tpu=v5e-12"], 2, "v5e-N takes N in 1, 4, 8, 16"),
+    (["{src}", "--tpu=v5e:3x3"], 2, "TPU topology 'v5e:3x3'"),   # libtpu's refusal
     (["{src}", "--tpu=v5e:2x4", "--timeline=out.pdf"], 2, ".svg or .png"),
     (["{src}", "--tpu=v5e:2x4", "--pass-pipeline=builtin.module(nope)"], 2, "nope"),
     (["{src}"], 2, "--tpu"),
@@ -411,9 +440,7 @@ def test_the_profiles_know_which_scatters_become_all_reduces(topology, mesh_shap
     does: a reduce-scatter over every device becomes an all-reduce on v4 and v5p, one
     over a subgroup stays, and v5e and v6e keep both. The older libtpu of jax 0.10.2
     is checked against what it was seen to do (SCATTER_LOWERINGS)."""
-    from importlib import metadata
-
-    version = metadata.version("libtpu")
+    version = tpu_plugin.version()
     if version not in SCATTER_LOWERINGS:
         pytest.skip(f"libtpu {version}: its scatter lowering was not recorded "
                     f"(recorded: {', '.join(SCATTER_LOWERINGS)})")

@@ -2,7 +2,8 @@
 libtpu, no TPU needed): every permute of the ring has a matmul between its start and
 its done, in every option setting; structure only, never times.
 
-Skipped only when libtpu cannot be imported (pip install -e '.[tpu]').
+Skipped only when libtpu is not installed (python -m overlap_hlo.targets.tpu_plugin
+install).
 """
 import pytest
 
