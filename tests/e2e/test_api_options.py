@@ -300,7 +300,8 @@ def test_each_rewrite_logs_its_summary_at_info(mlp, caplog):
 
 @pytest.fixture(scope="module")
 def branch_program():
-    """shard_map with all_gather -> dot inside lax.cond: left unchanged, so warned."""
+    """shard_map with all_gather -> dot inside lax.cond on each device's own flag: the
+    devices may not all take the branch, so the site is left unchanged, and warned."""
     mesh = jax.sharding.Mesh(np.array(jax.devices()), ("x",), **auto_axis_types(1))
 
     def body(x, w, flag):
@@ -308,11 +309,11 @@ def branch_program():
                             lambda: jax.lax.all_gather(x, "x", axis=0, tiled=True) @ w,
                             lambda: jnp.zeros((x.shape[0] * 8, w.shape[1]), x.dtype))
 
-    fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P(), P()),
+    fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P(), P("x")),
                                out_specs=P(), check_vma=False))
     x = jax.device_put(jnp.ones((64, 32), jnp.float32), NamedSharding(mesh, P("x")))
     w = jax.device_put(jnp.ones((32, 16), jnp.float32), NamedSharding(mesh, P()))
-    flag = jax.device_put(jnp.ones((1,), jnp.int32), NamedSharding(mesh, P()))
+    flag = jax.device_put(jnp.ones((8,), jnp.int32), NamedSharding(mesh, P("x")))
     return fn, (x, w, flag)
 
 
