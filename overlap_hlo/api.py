@@ -26,7 +26,7 @@ UTF8_BOM = b"\xef\xbb\xbf"
 # (about 3500 nested modules with an 8 MiB stack, 300 with 1 MiB).
 MAX_NESTING = 256
 # Reasons a user chose (a size threshold, the cost model): not worth a warning.
-EXPECTED_KINDS = frozenset({"below threshold-mib", "not profitable"})
+EXPECTED_KINDS = frozenset({"below threshold-mib", "not profitable", "zero-size tensor"})
 # Every rewriting entry point logs its rewrite_summary() here, at INFO.
 logger = logging.getLogger(__name__)
 
