@@ -87,9 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "{threshold-mib=4},canonicalize,cse)' (default: "
                              "%(default)s)")
     cli.add_pass_flags(parser)
-    parser.add_argument("--tpu", metavar="SLICE",
-                        help="the TPU slice the output will run on, e.g. v5e:2x4 (needs "
-                             "libtpu): TPU forms, rings that visit physical neighbours, "
+    parser.add_argument("--tpu", metavar="SLICE", type=cli.tpu_slice,
+                        help="the TPU slice the output will run on, e.g. v5e:2x4 or "
+                             "v5e-8 (needs libtpu): TPU forms, rings that visit physical neighbours, "
                              "and its tpu-* profile deciding unless --hardware or "
                              "--threshold-mib is given")
     parser.add_argument("--remarks", action="store_true",

@@ -135,6 +135,8 @@ def test_bad_pipeline_is_a_usage_error(text, message, tmp_path, capsys):
     ["--verify-each=maybe"],
     ["--emit-bytecode", "--split-input-file"],
     ["a.mlir", "b.mlir"],
+    ["--tpu=v9x:2x2"],
+    ["--tpu=v5e-7"],
 ])
 def test_bad_flags_are_usage_errors(argv, capsys):
     assert main(argv) == 2
