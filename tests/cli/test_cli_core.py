@@ -112,11 +112,17 @@ def test_check_output_path_refuses(tmp_path, monkeypatch, make, path, why):
 
 
 def test_check_output_path_accepts(tmp_path, monkeypatch):
+    """Each path it accepts, the tool's writer then writes (a dangling link's target
+    is created)."""
     monkeypatch.chdir(tmp_path)
     open("file.json", "w").close()
     os.symlink("target.json", "link.json")   # dangling, into a directory that exists
     for path in ("new.json", "file.json", "link.json", str(tmp_path / "x.json"), os.devnull):
-        cli.check_output_path(path)
+        assert cli.check_output_path(path) is None
+        cli.write_file(path, b"{}")
+        if path != os.devnull:
+            assert open(path, "rb").read() == b"{}"
+    assert (tmp_path / "target.json").read_bytes() == b"{}"
 
 
 def test_check_stdout(monkeypatch):

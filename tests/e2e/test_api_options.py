@@ -138,6 +138,14 @@ def test_rewrite_warns_about_sites_left_unchanged():
 
 
 def test_no_warning_for_profit_or_for_remarks():
+    # The premises: every site of SDY is unprofitable on tpu-v5e, and IN_BRANCH's site
+    # is left unchanged for a reason that warns in a run.
+    kinds = {s.kind for s in overlap_hlo.remarks(SDY.read_text(), hardware="tpu-v5e")}
+    assert kinds == {"not profitable"}
+    branch = overlap_hlo.remarks(IN_BRANCH, threshold_mib=0)
+    assert branch and not any(s.applied for s in branch)
+    with pytest.warns(overlap_hlo.SitesLeftUnchanged):
+        overlap_hlo.rewrite_source(IN_BRANCH, threshold_mib=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         overlap_hlo.rewrite_source(SDY.read_text(), hardware="tpu-v5e")  # not profitable
