@@ -16,6 +16,7 @@ import overlap_hlo.passes  # noqa: F401  (registers the passes with the pipeline
 from overlap_hlo.ir import compat
 from overlap_hlo.ir.large_stack import on_large_stack
 from overlap_hlo.ir.ops import contains
+from overlap_hlo.plan.xla_flags import ring_options
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE, build_pass_manager, registered_passes
 from overlap_hlo.rewrite.site import Site, SiteLog
 
@@ -152,8 +153,8 @@ def no_collectives_note(module: ir.Module, sites: list[Site]) -> str | None:
     return (f"the module runs on {partitions} devices but holds no collective to overlap: "
             "XLA's SPMD partitioner adds them when it compiles (an auto-sharded jax.jit). "
             "overlap-hlo rewrites the collectives a module holds (jax.shard_map); for the "
-            "dots XLA partitions itself, see its windowed einsum (README, 'Making the "
-            "permutes overlap')")
+            "dots XLA partitions itself, see its windowed einsum (docs/report.md, "
+            "'Making the permutes overlap on GPU and TPU')")
 
 
 def _report(sites: list[Site], stacklevel: int, module: ir.Module,
@@ -383,18 +384,23 @@ def _carrying_sites(rewritten, sites: list[Site]):
 
 
 def _rewrite_lowered(lowered, pipeline, options, stacklevel: int, name: str | None = None):
-    options = _with_target(options, compat.lowering_platforms(lowered))
+    platforms = compat.lowering_platforms(lowered)
+    options = _with_target(options, platforms)
     module = _copy(lowered.compiler_ir("stablehlo"))
     sites = _rewrite(module, pipeline, True, None, options, "rewrite_lowered")
     _report(sites, stacklevel + 1, module, name)
-    return _carrying_sites(compat.replace_lowered_module(lowered, module), sites)
+    flags = ring_options(platforms) if any(site.applied for site in sites) else {}
+    return _carrying_sites(compat.replace_lowered_module(lowered, module, flags), sites)
 
 
 def rewrite_lowered(lowered, pipeline: str | None = DEFAULT_PIPELINE, **options):
     """A new `jax.stages.Lowered` whose `.compile()` runs the rewritten module.
 
     `lowered` and JAX's cached lowering are left as they were. Unless `target` is
-    given, the forms are those of the backend it was lowered for. The new Lowered's
+    given, the forms are those of the backend it was lowered for. Lowered for a GPU
+    with a site rewritten, it compiles with the XLA options its rings need
+    (`overlap_hlo.plan.xla_flags.ring_options`), for this executable only; options
+    given to `jax.jit` or `.compile()` override them. The new Lowered's
     `.sites` lists every candidate site and what became of it (`Site` records:
     rewritten or left unchanged and why, what decided); `rewrite_summary` of them is
     logged at INFO.

@@ -39,6 +39,7 @@ from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.groups.meshes import find_mesh, module_of
 from overlap_hlo.ir.dominance import callee, private_calls, replicated_gspmd_input
 from overlap_hlo.ir.dots import tensor_bytes
+from overlap_hlo.ir.locations import Where
 from overlap_hlo.ir.lookthrough import DOTS, users_through_views
 from overlap_hlo.ir import ops
 from overlap_hlo.ir.ops import as_op, contains
@@ -130,7 +131,9 @@ class OverlapSequenceParallel:
         module_op.walk(visit)
         records: list = []
         try:
-            planned = [_Block(block, scan, records) for block in blocks.values()]
+            halves = {site.where for site in log.sites
+                      if site.applied and site.pattern == "overlap-matmul-all-reduce"}
+            planned = [_Block(block, scan, records, halves) for block in blocks.values()]
             kept = [(block, block.plan()) for block in planned]
         except Exception as err:   # noqa: BLE001 - nothing was touched: report and stop
             log.add(module_op.location, self.name, False, **_internal(err))
@@ -165,8 +168,9 @@ class _Block:
     """The moves in one block: planned from its all_gathers, then kept or dropped per
     component."""
 
-    def __init__(self, block: ir.Block, scan: ModuleScan, records: list):
+    def __init__(self, block: ir.Block, scan: ModuleScan, records: list, halves: set):
         self.block, self.scan, self.records = block, scan, records
+        self.halves = halves   # where all_reduce rings left their all_gather half
         self.gathered: dict[ir.Value, Gathered] = {}
         self.parent: list[int] = []              # union-find over components
         self.moved: set[ir.Operation] = set()
@@ -252,9 +256,14 @@ class _Block:
                         "every device of the group")
         return None
 
+    def _after_a_ring(self, seed: ir.Operation) -> bool:
+        """`seed` is the all_gather half an all_reduce ring left (what this pass is
+        for: other all_gathers' sites are the gather pass's to report)."""
+        return Where.of(seed.location, self.scan.input_name) in self.halves
+
     def unmoved_remarks(self, kept: list[Component]) -> None:
-        """A remark for each component left where it is although its values reach a
-        dot: the op that stopped it and why."""
+        """A remark for each component after an all_reduce ring left where it is
+        although its values reach a dot: the op that stopped it and why."""
         kept_roots = {self._find(m.component) for c in kept for m in c.moves}
         for component, (op, why) in self.stops.items():
             root = self._find(component)
@@ -264,6 +273,8 @@ class _Block:
             self.reported.add(root)
             seed = next(g.seed for g in self.gathered.values()
                         if self._find(g.component) == root)
+            if not self._after_a_ring(seed):
+                continue
             self.records.append((seed.location, False, dict(
                 kind="not moved onto the shard", reason=(
                     f"the ops after the all_gather stay on the gathered rows: {why}, so "
@@ -288,7 +299,8 @@ class _Block:
             callers = self.scan.callers
             carried = [m.op for m in component.moves for v in m.op.results
                        if _carried_by_loop(v, callers)]
-            if carried and _reaches_dot(carried[0], callers):
+            if carried and _reaches_dot(carried[0], callers) and \
+                    self._after_a_ring(component.seeds[0]):
                 self.records.append((component.seeds[0].location, False, dict(
                     kind="not moved onto the shard", reason=(
                         "the ops after the all_gather make a value the loop carries to "

@@ -204,13 +204,15 @@ def one_error_line(stderr: bytes | str) -> str:
 
 
 def assert_close(got, want, dtypes) -> None:
-    """fp32 to rounding; narrower types to a few ulps of the output's scale."""
+    """fp32 to rounding (a sum in another order: 64 ulps of the output's scale, as a
+    scanned gradient under jax 0.12 needed, its f64 error the original's); narrower
+    types to a few ulps of the output's scale."""
     eps = max(float(jnp.finfo(d).eps) if jnp.issubdtype(d, jnp.floating) else 0.0
               for d in dtypes)
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     scale = float(np.max(np.abs(want))) if want.size else 1.0
     if eps <= float(jnp.finfo(jnp.float32).eps):
-        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6 * scale)
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=8e-6 * scale)
     else:
         np.testing.assert_allclose(got, want, rtol=4 * eps, atol=4 * eps * scale)
 

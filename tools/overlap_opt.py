@@ -33,7 +33,9 @@ from overlap_hlo.api import (InputError, no_collectives_note, pass_defaults, rew
 from overlap_hlo.ir import compat
 from overlap_hlo.ir.large_stack import on_large_stack
 from overlap_hlo.ir.locations import describe, file_line_col
+from overlap_hlo.plan import cost
 from overlap_hlo.plan.cost import PROFILES
+from overlap_hlo.plan.xla_flags import as_xla_flags, ring_options
 from overlap_hlo.rewrite.pipeline import PipelineError, build_pass_manager, registered_passes
 from overlap_hlo.rewrite.site import Site, SiteLog, statistics
 
@@ -68,12 +70,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG, allow_abbrev=False,
-        description="Overlap all_gather->dot_general and dot_general->reduce_scatter "
-                    "in StableHLO with collective_permute loops.",
-        epilog="Exit status: 0 success, 1 failure, 2 usage error. Interrupted by SIGINT, "
-               "SIGTERM or SIGHUP it deletes its temporary output file and dies of the "
-               "signal (exit status 128 + the signal number in a shell).")
+        prog=PROG, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=cli.paragraphs(
+            "Rewrite each collective that sits beside a matmul in a StableHLO module into "
+            "collective_permute steps interleaved with partial matmuls, so that the "
+            "transfers overlap the compute. The passes and what each matches:",
+            cli.pattern_list(),
+            "Sites are decided by size (--threshold-mib) unless a hardware profile is "
+            "named (--hardware, or --tpu=SLICE) and no threshold is: then the cost model "
+            "decides each site and its form."),
+        epilog=cli.paragraphs(
+            "Exit status: 0 success, 1 failure, 2 usage error. Interrupted by SIGINT, "
+            "SIGTERM or SIGHUP it deletes its temporary output file and dies of the "
+            "signal (exit status 128 + the signal number in a shell)."))
     parser.add_argument("input", nargs="?", default="-", metavar="INPUT",
                         help="MLIR text, bytecode or StableHLO portable artifact (at most "
                              f"{cli.MAX_INPUT_BYTES >> 30} GiB); '-' (the default) reads "
@@ -86,7 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="pipeline such as 'builtin.module(overlap-all-gather-matmul"
                              "{threshold-mib=4},canonicalize,cse)' (default: "
                              "%(default)s)")
-    cli.add_pass_flags(parser)
+    cli.add_pass_flags(parser, {
+        "threshold_mib": "Unset, with --hardware or --tpu: that profile's cost model "
+                         "decides",
+        "hardware": "--tpu=SLICE names the slice's profile when neither this nor "
+                    "--threshold-mib is given"})
     parser.add_argument("--tpu", metavar="SLICE", type=cli.tpu_slice,
                         help="the TPU slice the output will run on, e.g. v5e:2x4 or "
                              "v5e-8 (needs libtpu): TPU forms, rings that visit physical neighbours, "
@@ -156,8 +169,7 @@ def list_passes() -> str:
         "too, e.g. --pass-pipeline='builtin.module(overlap-all-gather-matmul"
         "{threshold-mib=0},canonicalize,cse)'.",
         f"Default pipeline: {overlap_hlo.DEFAULT_PIPELINE}",
-        "--threshold-mib, --hardware, --bidirectional, --unroll, --f32-sums, --target, "
-        "--tpu-summing-rings and --own-shard-last set these options for every overlap pass",
+        f"{cli.pass_flag_names()} set these options for every overlap pass",
         "whose pipeline text leaves them unset. Sites are decided by size "
         f"(threshold-mib, default {overlap_hlo.DEFAULT_THRESHOLD_MIB:g} MiB)",
         "unless a hardware profile is named and no threshold is: then by the cost model.",
@@ -229,6 +241,13 @@ class Driver:
         self.context: ir.Context | None = None
         self.sites: list[Site] = []   # every chunk's, for --pass-statistics
 
+    def _platform(self) -> str:
+        """The backend the output's forms are for: --target, else --hardware's."""
+        if self.defaults.get("target"):
+            return self.defaults["target"]
+        hardware = self.defaults.get("hardware")
+        return cost.hardware(hardware).platform if hardware else ""
+
     def run(self) -> int:
         if self.args.list_passes:
             self._write_stdout(list_passes().encode())
@@ -254,6 +273,11 @@ class Driver:
         # After the output: a run that cannot write says only that.
         if ok and not (self.args.quiet or self.args.verify_diagnostics):
             say(f"{PROG}: {rewrite_summary(self.sites)}")
+            flags = ring_options((self._platform(),)) if any(
+                site.applied for site in self.sites) else {}
+            if flags:
+                say(f"{PROG}: compile the output for GPU with XLA_FLAGS=\"{as_xla_flags(flags)}\" "
+                    "(overlap() and rewrite_lowered set them for that executable alone)")
         summary = unchanged_summary(self.sites, see="--remarks")
         if summary and not (self.args.remarks or self.args.verify_diagnostics):
             say(f"{PROG}: warning: {summary}")

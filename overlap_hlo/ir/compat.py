@@ -23,11 +23,16 @@ def make_context() -> ir.Context:
     return jax_mlir.make_ir_context()
 
 
-def replace_lowered_module(lowered, module: ir.Module):
-    """A new `jax.stages.Lowered` that compiles `module` instead of `lowered`'s own."""
+def replace_lowered_module(lowered, module: ir.Module, compiler_options: dict | None = None):
+    """A new `jax.stages.Lowered` that compiles `module` instead of `lowered`'s own,
+    with `compiler_options` (XLA options for this executable only) under the ones the
+    lowering or `.compile()` gives."""
     import jax
 
     lowering = lowering_compiling(lowered, module)
+    if compiler_options:
+        given = tuple(getattr(lowering, "_compiler_options_kvs", ()) or ())
+        lowering._compiler_options_kvs = tuple(compiler_options.items()) + given
     return jax.stages.Lowered(
         lowering, lowered.args_info, lowered.out_tree, lowered._no_kwargs,
         lowered._in_types, lowered._out_types)

@@ -1,11 +1,10 @@
 """Every collective next to a dot ends the run rewritten or named in a remark.
 
 Before the passes run, `Coverage.begin` normalizes the module (as each pass does) and
-lists the collectives of the input that a dot
-reaches within a few ops (forward from an all_gather's or all_to_all's result, back
-from what a reduce_scatter, all_reduce or all_to_all reduces), through elementwise
-ops, views, calls and if/case results: each is a site of the pass that handles its
-kind. After the passes, `Coverage.end` gives each such collective that no pass
+lists the collectives of the input that a dot reaches within a few ops: forward from
+an all_gather's or all_to_all's result through views, calls and if/case results; back
+from what a reduce_scatter, all_reduce or all_to_all reduces through elementwise ops
+and broadcasts too. Each is a site of the pass that handles its kind. After the passes, `Coverage.end` gives each such collective that no pass
 recorded a site for a remark of its own, naming the op between it and its dot (or the
 ring that computes that dot), so that no site is left unchanged without a word.
 """
@@ -31,11 +30,15 @@ PASS_OF = {
 }
 FORWARD = ("stablehlo.all_gather", "stablehlo.all_to_all")
 BACKWARD = ("stablehlo.reduce_scatter", "stablehlo.all_reduce", "stablehlo.all_to_all")
-# Ops a dot is followed through: elementwise ops, views, and what wraps values.
-NEAR = ELEMENTWISE | frozenset({
-    "stablehlo.reshape", "stablehlo.transpose", "stablehlo.broadcast_in_dim",
-    "stablehlo.slice", "stablehlo.dynamic_slice", "stablehlo.optimization_barrier",
-    "sdy.sharding_constraint", "stablehlo.custom_call"})
+# Ops followed from a gathered value to its dot: views and what wraps values (a value
+# gathered, then combined with others elementwise, is no site: a bias vector's).
+VIEWS = frozenset({
+    "stablehlo.reshape", "stablehlo.transpose", "stablehlo.convert", "stablehlo.slice",
+    "stablehlo.dynamic_slice", "stablehlo.optimization_barrier", "sdy.sharding_constraint",
+    "stablehlo.custom_call"})
+# Ops followed from a dot to the collective that reduces it: views, elementwise ops and
+# broadcasts (a sum's terms).
+NEAR = VIEWS | ELEMENTWISE | frozenset({"stablehlo.broadcast_in_dim"})
 MAX_HOPS = 4        # ops between a collective and its dot
 MAX_VISITED = 256   # values looked at from one collective
 NOT_HANDLED = "form not handled"
@@ -141,7 +144,8 @@ def _nearest_dot(op: ir.Operation) -> tuple[ir.Operation, tuple[str, ...]] | Non
         for nxt, name in (_after(value) if forward else _before(value)):
             if name in DOTS:
                 return nxt, via
-            if len(via) < MAX_HOPS and (name in NEAR or name in ("func.call", "case")):
+            passing = VIEWS if forward else NEAR
+            if len(via) < MAX_HOPS and (name in passing or name in ("func.call", "case")):
                 shown = via if name == "case" else (*via, name)
                 pending += [(v, shown, forward) for v in
                             (_outputs(nxt, value) if forward else _inputs(nxt, value))]

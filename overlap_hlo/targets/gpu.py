@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 
 from overlap_hlo.plan import cost
+from overlap_hlo.plan.xla_flags import GPU_RING_FLAGS, GPU_SCHEDULER
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE
 from overlap_hlo.rewrite.site import Site
 from overlap_hlo.targets import aot, gpu_plugin
@@ -43,16 +44,9 @@ class UnknownTarget(TargetMismatch):
 
 
 ERRORS = aot.Errors(GpuError, TargetMismatch, "XLA's GPU compiler")
-COMPILER_OPTIONS = {"xla_gpu_enable_latency_hiding_scheduler": True}
-# What a rewritten module is compiled with (README, "Making the permutes overlap"): by
-# default XLA's GPU pipeline merges the two chains of a reduce_scatter ring, their
-# permutes (CollectivePermuteCombiner, up to 30 MiB) and their dots sharing an operand
-# (DotMerger), so the merged permute waits for the merged dot and overlaps nothing; and
-# its latency-hiding scheduler keeps one collective in flight, so one of a two-stream
-# ring's two permutes is made synchronous.
-RING_FLAGS = {"xla_gpu_collective_permute_combine_threshold_bytes": 0,
-              "xla_gpu_dot_merger_threshold_mb": 0,
-              "xla_gpu_experimental_parallel_collective_overlap_limit": 2}
+COMPILER_OPTIONS = GPU_SCHEDULER
+# What a rewritten module is compiled with (overlap_hlo.plan.xla_flags says why).
+RING_FLAGS = GPU_RING_FLAGS
 REWRITTEN_OPTIONS = {**COMPILER_OPTIONS, **RING_FLAGS}
 
 

@@ -22,6 +22,7 @@ from overlap_hlo.api import BYTECODE_MAGIC
 from overlap_hlo.passes import ALL_PASSES
 from overlap_hlo.rewrite import pipeline
 from overlap_hlo.rewrite.rewrite_pass import RewritePass
+from overlap_hlo.tools import cli
 from overlap_hlo.tools.overlap_opt import main
 from overlap_hlo.tools.verify_diagnostics import parse_expectations
 from harness import DATA
@@ -79,10 +80,20 @@ def test_default_threshold_leaves_small_module_unchanged(capsys):
                                 "(below threshold-mib)")
 
 
-def test_help_names_default_threshold(capsys):
+def test_help_comes_from_the_passes(capsys):
+    """Each pass flag's help is its RewritePass field's, and the description lists every
+    registered pass with its summary."""
     assert main(["--help"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert f"(default: {overlap_hlo.DEFAULT_THRESHOLD_MIB:g} MiB)" in out
+    packed = "".join(out.split())   # argparse breaks lines after hyphens too
+    for spec in cli.PASS_FLAGS:
+        field_help = RewritePass.options()[spec.option.replace("_", "-")].metadata["help"]
+        assert "".join(field_help.split()).rstrip(".") in packed, spec.flag
+    for name, cls in overlap_hlo.registered_passes().items():
+        assert f"{name}: {' '.join(cls.summary.split())}" in out
+    # What the default does: the size threshold, unless a profile is named.
+    assert f"default {overlap_hlo.DEFAULT_THRESHOLD_MIB:g} when no hardware is named" in out
+    assert "Unset, with --hardware or --tpu: that profile's cost model decides" in out
 
 
 def test_stdin_is_the_default_input(monkeypatch, capsys):
@@ -594,3 +605,15 @@ def test_list_passes(capsys):
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("overlap-opt (overlap-hlo ")
+
+
+@pytest.mark.parametrize("flags", [["--target=gpu"], ["--hardware=h100-sxm"]])
+def test_gpu_output_names_the_flags_its_rings_need(flags, capsys):
+    assert main([str(SDY), "--threshold-mib=0", *flags]) == 0
+    err = lines_of(capsys.readouterr().err)
+    assert err[0] == "overlap-opt: 2 of 2 sites rewritten"
+    assert err[1].startswith('overlap-opt: compile the output for GPU with XLA_FLAGS="'
+                             "--xla_gpu_enable_latency_hiding_scheduler=true ")
+    assert "--xla_gpu_dot_merger_threshold_mb=0" in err[1]
+    assert main([str(SDY), "--threshold-mib=0", "--target=tpu"]) == 0   # none on TPU
+    assert "XLA_FLAGS" not in capsys.readouterr().err

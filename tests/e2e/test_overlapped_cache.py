@@ -12,7 +12,7 @@ from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
 from overlap_hlo import api
-from harness import auto_axis_types, gathered_dot, op_counts
+from harness import assert_close, auto_axis_types, gathered_dot, op_counts
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +76,8 @@ def test_static_arguments(mesh):
     jitted = jax.jit(scaled, static_argnums=(2,), static_argnames=("offset",))
     step = overlap_hlo.overlap(jitted, threshold_mib=0)
     for times, offset in ((3, 0.5), (3, 0.5), (4, 0.5), (4, 1.5)):
-        np.testing.assert_allclose(np.asarray(step(x, w, times, offset=offset)),
-                                   np.asarray(jitted(x, w, times, offset=offset)), rtol=1e-6)
+        assert_close(step(x, w, times, offset=offset), jitted(x, w, times, offset=offset),
+                     (jnp.float32,))
     assert len(step._compiled) == 3
     with pytest.raises(ValueError, match="hashable"):
         step(x, w, [3])

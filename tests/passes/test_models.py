@@ -114,10 +114,12 @@ def test_partially_manual_gspmd_is_left_unchanged():
         text = prog.jitted().lower(*prog.args()).as_text()
     module = overlap_hlo.parse(text)
     sites = overlap_hlo.rewrite_module(module, threshold_mib=0)
-    # The gather is reported; the scatter is not even a candidate (a @Sharding
-    # custom_call sits between it and its dot).
-    assert [(s.pattern, s.applied) for s in sites] == [("overlap-all-gather-matmul", False)]
+    # The gather is reported; so is the scatter, which a @Sharding custom_call keeps
+    # from its dot (the remark names it).
+    assert [(s.pattern, s.applied) for s in sites] == [
+        ("overlap-all-gather-matmul", False), ("overlap-matmul-reduce-scatter", False)]
     assert "partially manual GSPMD" in sites[0].reason
+    assert sites[1].reason.startswith("stablehlo.custom_call between the reduce_scatter")
     counts = op_counts(module)
     assert counts["stablehlo.all_gather"] == counts["stablehlo.reduce_scatter"] == 1
 

@@ -250,3 +250,28 @@ def test_a_second_stream_adds_its_shards_not_a_round_of_products(target):
     shard = rows * width * 2
     assert two.rewritten_temp_bytes <= one.rewritten_temp_bytes + 2 * shard + 2**20
     assert two.rewritten_temp_bytes <= two.original_temp_bytes
+
+
+@pytest.mark.parametrize("options", [{}, {"xla_gpu_dot_merger_threshold_mb": 32}])
+def test_rewrite_lowered_compiles_gpu_rings_with_their_flags(options):
+    """What overlap() and rewrite_lowered compile: a Lowered for the GPU whose rings
+    get RING_FLAGS as compiler options of that executable alone (no XLA_FLAGS), under
+    the ones the user gives .compile(); compiled deviceless, every permute of the
+    scatter ring then has a GEMM between its start and done."""
+    import overlap_hlo
+    from overlap_hlo.targets.gpu_timing import GpuTiming
+
+    new = overlap_hlo.rewrite_lowered(lowered_scatter(H100), threshold_mib=0,
+                                      bidirectional=False)
+    assert set(gpu.REWRITTEN_OPTIONS.items()) <= set(new._lowering._compiler_options_kvs)
+    compiled = new.compile(options or None)
+    hlo = compiled.runtime_executable().hlo_modules()[0]
+    permutes = schedule.analyze(hlo, GpuTiming(H100.hardware, 0.0, 8),
+                                timeline=False).permutes
+    if options:   # the user's dot merger merges the chains' dots again
+        assert not all(p.window_matmul for p in permutes)
+    else:
+        assert permutes and all(p.window_matmul and not p.synchronous for p in permutes)
+    plain = lowered_scatter(H100)   # a module without rings gets no options
+    kept = overlap_hlo.rewrite_lowered(plain, threshold_mib=1e6)   # nothing rewritten
+    assert not kept._lowering._compiler_options_kvs

@@ -516,9 +516,9 @@ def test_overlap_opt_tpu_flag_builds_rings_for_the_slice(tmp_path, capsys):
     pairs = [pair for _, ps in permutes(overlap_hlo.parse(out.read_text())) for pair in ps]
     assert pairs and all(links.hops(a, b) == 1 for a, b in pairs)
     assert "AllocateBuffer" in out.read_text()     # the TPU forms
-    assert overlap_opt.main([str(source), "--tpu=v9:9"]) == 1
+    assert overlap_opt.main([str(source), "--tpu=v9:9"]) == 2   # a usage error
     assert capsys.readouterr().err.splitlines()[-1].startswith(
-        "overlap-opt: error: unknown TPU topology 'v9:9'")
+        "overlap-opt: error: argument --tpu: unknown TPU topology 'v9:9'")
 
 
 
