@@ -16,11 +16,14 @@ import signal
 import stat
 import sys
 import tempfile
+import textwrap
 import threading
+from dataclasses import dataclass, field
 
-import overlap_hlo
 from overlap_hlo.api import BYTECODE_MAGIC, UTF8_BOM
-from overlap_hlo.plan.cost import PROFILES
+from overlap_hlo.plan.cost import PLATFORMS
+from overlap_hlo.rewrite.pipeline import registered_passes
+from overlap_hlo.rewrite.rewrite_pass import RewritePass
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 STDIN_NAME = "<stdin>"
@@ -330,53 +333,63 @@ def _discard_stdout() -> None:
 
 # Flags.
 
-def add_pass_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags that set options of every overlap pass the pipeline text leaves unset."""
-    parser.add_argument("--threshold-mib", type=_threshold, default=None, metavar="MIB",
-                        help="sites communicating less are left unchanged "
-                             f"(default: {overlap_hlo.DEFAULT_THRESHOLD_MIB:g} MiB)")
-    parser.add_argument("--hardware", metavar="NAME|FILE.json",
-                        help="decide each site by the cost model for this hardware profile "
-                             f"({', '.join(PROFILES)}) or a JSON profile file; an explicit "
-                             "--threshold-mib overrides it")
-    parser.add_argument("--bidirectional", action=argparse.BooleanOptionalAction,
-                        default=None,
-                        help="rings in both directions (about N/2 rounds), or one stream "
-                             "(--no-bidirectional); default: the faster by the --hardware "
-                             "cost model, else one stream")
-    parser.add_argument("--unroll", type=_unroll, metavar="N",
-                        help="ring rounds per loop iteration, 1 to 16 (default 2 for TPU "
-                             "and GPU, else 1)")
-    parser.add_argument("--target", choices=("tpu", "gpu", "cpu"),
-                        help="the backend the output will be compiled for: its forms "
-                             "(TPU and GPU: buffers the ring writes whole are left "
-                             "uninitialised); default: the --hardware profile's, else "
-                             "forms every backend runs")
-    parser.add_argument("--f32-sums", action="store_const", const=True, default=None,
-                        help="sum the partial products of a contracting gathered dim in "
-                             "f32 for bf16 results (default: in the result's type; f16 "
-                             "and 8-bit floats always sum in f32)")
-    parser.add_argument("--tpu-summing-rings", action=argparse.BooleanOptionalAction,
-                        default=None,
-                        help="build rings that sum over a contracting gathered dim (FSDP) "
-                             "for TPU too, or never (--no-tpu-summing-rings); default: "
-                             "decided by the cost model for tpu-v5e, v5p and v6e with "
-                             "--tpu=SLICE, else left unchanged (slower than the original "
-                             "in some cases in libtpu's estimates)")
-    parser.add_argument("--own-shard-last", action="store_const", const=True, default=None,
-                        help="in the TPU form of a two-stream ring that sums, multiply the "
-                             "device's own shard last (every dot over two shards) instead "
-                             "of first")
+@dataclass(frozen=True)
+class PassFlag:
+    """A command-line flag for one option of every overlap pass. What the option means
+    (its help) and its default are the `RewritePass` field's own; this says only how
+    the flag parses."""
+
+    option: str                          # the RewritePass field, e.g. "threshold_mib"
+    parse: dict = field(default_factory=dict)   # argparse keywords: type, action, ...
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.option.replace("_", "-")
+
+    def help(self, note: str = "") -> str:
+        """The field's help, then what `note` adds for this tool, for argparse."""
+        text = RewritePass.options()[self.option.replace("_", "-")].metadata["help"]
+        if note:
+            text = f"{text.rstrip('.')}. {note}"
+        return text.replace("%", "%%")
+
+
+def add_pass_flags(parser: argparse.ArgumentParser, notes: dict[str, str] | None = None
+                   ) -> None:
+    """The flags that set options of every overlap pass the pipeline text leaves unset;
+    `notes`: option -> what this tool adds to its help (what it sets by default)."""
+    for spec in PASS_FLAGS:
+        parser.add_argument(spec.flag, dest=spec.option, default=None,
+                            help=spec.help((notes or {}).get(spec.option, "")), **spec.parse)
 
 
 def pass_flags(args: argparse.Namespace) -> dict:
     """The pass options `add_pass_flags` set, as keyword options (unset ones left out)."""
-    given = {"threshold_mib": args.threshold_mib, "hardware": args.hardware,
-             "bidirectional": args.bidirectional, "unroll": args.unroll,
-             "f32_sums": args.f32_sums, "target": args.target,
-             "tpu_summing_rings": args.tpu_summing_rings,
-             "own_shard_last": args.own_shard_last}
+    given = {spec.option: getattr(args, spec.option) for spec in PASS_FLAGS}
     return {key: value for key, value in given.items() if value is not None}
+
+
+def pass_flag_names() -> str:
+    """"--threshold-mib, --hardware, ... and --own-shard-last", for help texts."""
+    flags = [spec.flag for spec in PASS_FLAGS]
+    return ", ".join(flags[:-1]) + " and " + flags[-1]
+
+
+HELP_WIDTH = 88
+
+
+def paragraphs(*texts: str) -> str:
+    """Help text for argparse's RawDescriptionHelpFormatter: each text wrapped to
+    HELP_WIDTH, except one already broken into lines (a list), kept as it is."""
+    return "\n\n".join(text if "\n" in text else textwrap.fill(text, HELP_WIDTH)
+                       for text in texts)
+
+
+def pattern_list() -> str:
+    """Every registered pass with its summary, for --help descriptions."""
+    return "\n".join(textwrap.fill(f"{name}: {cls.summary}", HELP_WIDTH, initial_indent="  ",
+                                   subsequent_indent="      ")
+                     for name, cls in registered_passes().items())
 
 
 def boolean(text: str) -> bool:
@@ -432,6 +445,18 @@ def _at_least(kind: type, low, name: str):
 
 _threshold = _at_least(float, 0, "a number")
 _unroll = _at_least(int, 1, "an integer")
+
+# One flag per pass option that the command line sets, in --help's order.
+PASS_FLAGS = (
+    PassFlag("threshold_mib", {"type": _threshold, "metavar": "MIB"}),
+    PassFlag("hardware", {"metavar": "NAME|FILE.json"}),
+    PassFlag("bidirectional", {"action": argparse.BooleanOptionalAction}),
+    PassFlag("unroll", {"type": _unroll, "metavar": "N"}),
+    PassFlag("target", {"choices": tuple(p for p in PLATFORMS if p)}),
+    PassFlag("f32_sums", {"action": "store_const", "const": True}),
+    PassFlag("tpu_summing_rings", {"action": argparse.BooleanOptionalAction}),
+    PassFlag("own_shard_last", {"action": "store_const", "const": True}),
+)
 
 
 def version(prog: str) -> str:

@@ -53,14 +53,23 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog=PROG, allow_abbrev=False,
-        description="Compile a StableHLO module for a TPU slice or NVIDIA GPUs, original "
-                    "and rewritten, "
-                    "and report per site the permutes the schedule overlaps, exposed "
-                    "communication and predicted times.",
-        epilog="Exit status: 0 success, 1 failure, 2 usage error. Interrupted by SIGINT, "
-               "SIGTERM or SIGHUP it deletes its temporary output file and dies of the "
-               "signal (exit status 128 + the signal number in a shell).")
+        prog=PROG, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=cli.paragraphs(
+            "Compile a StableHLO module for a TPU slice or NVIDIA GPUs ahead of time, "
+            "original and rewritten by overlap-opt's passes, and report per site the "
+            "permutes the schedule overlaps, exposed communication and predicted times. "
+            "The passes and what each matches:",
+            cli.pattern_list(),
+            "By default (no --threshold-mib, no --[no-]bidirectional) the slice's or the "
+            "GPU's cost profile decides each site and its form, and the report compiles "
+            "up to six candidates (that choice, every site in one and in two streams, "
+            "...) and keeps the one whose schedule is predicted fastest, or the original "
+            "when none is faster. Times are a model of the compiled schedule, not a "
+            "measurement."),
+        epilog=cli.paragraphs(
+            "Exit status: 0 success, 1 failure, 2 usage error. Interrupted by SIGINT, "
+            "SIGTERM or SIGHUP it deletes its temporary output file and dies of the "
+            "signal (exit status 128 + the signal number in a shell)."))
     parser.add_argument("input", nargs="?", default="-", metavar="INPUT",
                         help="MLIR text, bytecode or StableHLO portable artifact (at most "
                              f"{cli.MAX_INPUT_BYTES >> 30} GiB); '-' (the default) reads "
@@ -80,14 +89,20 @@ def build_parser() -> argparse.ArgumentParser:
                             "priced by the analytic model)")
     parser.add_argument("--pass-pipeline", default=overlap_hlo.DEFAULT_PIPELINE,
                         metavar="PIPELINE", help="as for overlap-opt (default: %(default)s)")
-    cli.add_pass_flags(parser)
+    cli.add_pass_flags(parser, {
+        "threshold_mib": "Here a profile is always named (the slice's tpu-* profile or "
+                         "the GPU's): unset, its cost model decides each site and the "
+                         "compiled schedules check the choice",
+        "hardware": "Default here: the slice's tpu-* profile, or the GPU's",
+        "target": "Default here: tpu with --tpu, gpu with --gpu"})
     parser.add_argument("--json", metavar="OUT", help="write the report as JSON")
     parser.add_argument("-o", dest="output", metavar="OUT.mlir",
                         help="write the module the report kept (the rewritten one, or "
                              "the original when the compiled schedule chose it) as MLIR "
                              "text with locations")
     parser.add_argument("--timeline", metavar="OUT.svg|OUT.png",
-                        help="draw the modelled schedules, before and after (needs "
+                        help="draw the modelled schedules of the original and of the "
+                             "module kept, each panel named by what it is (needs "
                              "matplotlib)")
     parser.add_argument("--version", action="version", version=cli.version(PROG))
     return parser
@@ -148,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     if args.timeline is not None:
         from overlap_hlo.targets import schedule_plot
 
-        image = schedule_plot.render({"original": rep.original, "rewritten": rep.rewritten},
+        image = schedule_plot.render(rep.timeline_panels(),
                                      os.path.splitext(args.timeline)[1][1:].lower(),
                                      title=f"{input_name} on {rep.topology}")
         cli.write_file(args.timeline, image)

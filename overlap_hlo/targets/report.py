@@ -211,6 +211,22 @@ class Report:
     def speedup(self) -> float:
         return self.original_us / self.rewritten_us if self.rewritten_us else 1.0
 
+    @property
+    def kept(self) -> str:
+        """What the module the report kept is, by what was chosen: "rewritten" (with
+        the candidate the compiled schedule chose, if one did), or the original and why
+        (the schedule found no faster candidate, or no site was rewritten)."""
+        if self.chosen == ORIGINAL:
+            return "the original, kept (no rewritten candidate was faster)"
+        if not any(row.applied for row in self.sites):
+            return "the original, kept (no site rewritten)"
+        return f"rewritten ({self.chosen})" if self.chosen else "rewritten"
+
+    def timeline_panels(self) -> dict[str, Analysis]:
+        """The modelled schedules to draw, labelled by what was chosen: the original,
+        then the module kept (`kept`)."""
+        return {"original": self.original, self.kept: self.rewritten}
+
     def format(self) -> str:
         headers = ["location", "pass", "permutes overlapped", "exposed us", "compute us",
                    "before us", "after us", "speedup", "left"]

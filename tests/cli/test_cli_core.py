@@ -242,3 +242,40 @@ def test_boolean_and_version():
         cli.boolean("maybe")
     assert cli.version("tool").startswith("tool (overlap-hlo ")
     assert ", jaxlib " in cli.version("tool")
+
+
+@pytest.mark.parametrize("tool", ["overlap_opt", "report"])
+def test_help_is_generated_from_the_passes(tool, capsys):
+    """Both tools' --help: each pass flag's text is its RewritePass field's help (one
+    declaration), the description lists every registered pass by its summary, and the
+    threshold's default says what the tool does when it is unset."""
+    import importlib
+
+    import overlap_hlo
+    from overlap_hlo.rewrite.rewrite_pass import RewritePass
+
+    module = importlib.import_module(f"overlap_hlo.tools.{tool}")
+    assert module.main(["--help"]) == cli.EXIT_OK
+    out = " ".join(capsys.readouterr().out.split())
+    packed = "".join(out.split())   # argparse breaks lines after hyphens too
+    for spec in cli.PASS_FLAGS:
+        help_text = RewritePass.options()[spec.option.replace("_", "-")].metadata["help"]
+        assert "".join(help_text.split()).rstrip(".") in packed, spec.flag
+    for name, cls in overlap_hlo.registered_passes().items():
+        assert f"{name}: {' '.join(cls.summary.split())}" in out
+    unset = {"overlap_opt": "Unset, with --hardware or --tpu: that profile's cost model "
+                            "decides",
+             "report": "Here a profile is always named (the slice's tpu-* profile or the "
+                       "GPU's): unset, its cost model decides each site"}[tool]
+    assert unset in out
+    assert "(default: 1 MiB)" not in out
+
+
+def test_pass_flags_are_the_pass_options():
+    """Every flag names a RewritePass option; the flags pass_flag_names lists."""
+    from overlap_hlo.rewrite.rewrite_pass import RewritePass
+
+    options = RewritePass.options()
+    assert all(spec.option.replace("_", "-") in options for spec in cli.PASS_FLAGS)
+    assert cli.pass_flag_names() == ", ".join(s.flag for s in cli.PASS_FLAGS[:-1]) + \
+        f" and {cli.PASS_FLAGS[-1].flag}"

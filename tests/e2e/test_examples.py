@@ -90,7 +90,22 @@ def test_bundled_module_is_the_tp_mlp_export():
     assert structure(bundled) == structure(fn.lower(*args).as_text())
 
 
-@pytest.mark.parametrize("name", ["transformer_layer.mlir", "tp_mlp.mlir"])
+def test_bundled_70b_module_is_the_tp_mlp_export():
+    """examples/tp_mlp_70b.mlir, which the README reports on: the same block at 70B-class
+    sizes, exported from shapes alone."""
+    fn, args = tp_mlp.build("70b", shapes_only=True)
+    bundled = (EXAMPLES / "tp_mlp_70b.mlir").read_text()
+    assert structure(bundled) == structure(fn.lower(*args).as_text())
+    assert len(bundled) < 8000   # no weights in it
+
+
+def test_tp_mlp_runs_only_small_dims(capsys):
+    with pytest.raises(SystemExit):
+        tp_mlp.main(["--dims", "70b"])
+    assert "add --export PATH" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["transformer_layer.mlir", "tp_mlp.mlir", "tp_mlp_70b.mlir"])
 def test_bundled_modules_come_from_the_newest_jax(name):
     """Exported by JAX >= 0.11 (groups as mesh axes), and fully rewritten on any version."""
     text = (EXAMPLES / name).read_text()
@@ -106,7 +121,7 @@ def test_tp_mlp_example_agrees(capsys):
 
 
 def test_train_step_export_is_what_the_readme_reports_on(tmp_path):
-    """README: `python examples/transformer.py --export-train-step train_step.mlir`
+    """docs/usage.md: `python examples/transformer.py --export-train-step train_step.mlir`
     writes the module its overlap-report line reads: 8 sites, all rewritten."""
     path = tmp_path / "train_step.mlir"
     assert transformer.main(["--export-train-step", str(path)]) == 0
