@@ -98,7 +98,7 @@ module @operand_not_a_dot attributes {mhlo.num_partitions = 4 : i32, mhlo.num_re
 // the gather half would not reach only dots. Left unchanged, and said.
 // CHECK-LABEL: func.func @also_read_by_an_add
 // CHECK: "stablehlo.all_reduce"
-// REMARK: remark: overlap-matmul-all-reduce: left unchanged: its operand is not a dot's result (the reduce half has no dot to overlap), and no dim of its result is divisible by the group size and read only by dots
+// REMARK: remark: overlap-matmul-all-reduce: left unchanged: its operand is not a dot's result, and no dim of its result divisible by the group size is read only by dots
 module @also_read_by_an_add attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
   func.func @also_read_by_an_add(%a: tensor<8x16xf32>, %b: tensor<16x8xf32>) -> (tensor<8x8xf32>, tensor<8x16xf32>) {
     %0 = stablehlo.multiply %a, %a : tensor<8x16xf32>

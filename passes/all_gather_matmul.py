@@ -421,15 +421,9 @@ class OverlapAllGatherMatmul(RewritePass):
         if sums and self.platform == "tpu" and not self.builds_tpu_summing_rings():
             refusal = Unsupported(
                 "a ring that sums over the gathered (contracting) dim reads and writes its "
-                "whole sum in HBM every round on TPU (1.1-2.2x the dot's compute at 8 "
-                "devices, libtpu's estimates; slower than the original at the paper's FSDP "
-                "dims on v4 and v6e): "
-                "overlap-report --tpu=SLICE tries it and keeps it where the compiled "
-                "schedule is faster (-o writes that module), tpu-summing-rings=true builds "
-                "it (the cost model decides it with the tpu-v5e, v5p and v6e profiles and "
-                "the slice known: --tpu=SLICE), "
-                "or prefetch the gathered weight one layer ahead (XLA's collective "
-                "pipeliner)",
+                "whole sum in HBM every round on TPU; hint: overlap-report --tpu=SLICE "
+                "keeps it where the compiled schedule is faster, tpu-summing-rings=true "
+                "builds it, or prefetch the weight one layer ahead",
                 kind="summing ring on TPU")
         return Match(detail, gather.results[0].type, ring, site,
                      lambda bidirectional: plan_of(ring.size, self, sums, bidirectional),
@@ -628,10 +622,10 @@ def plan_of(n: int, options: RewritePass, sums: bool = False,
     a consumer sums products (a contracting gathered dim)."""
     if bidirectional is None:
         bidirectional = bool(options.bidirectional)
-    # Outside the TPU forms a ring that sums keeps one round per iteration unless asked:
-    # XLA's GPU pipeline left unrolled ones' sends bare (FSDP on h100:8 one stream 1 of
-    # 2 overlapped). In the TPU forms (RingPlan `tied_sums`) one round per iteration
-    # copied the carried shards every iteration (v5e:2x4 +492 us).
+    # Outside the TPU forms a ring that sums keeps one round per iteration unless asked
+    # (XLA's GPU pipeline left unrolled ones' sends bare); the TPU forms (RingPlan
+    # `tied_sums`) unroll, as one round per iteration copied the carried shards
+    # (benchmarks/RESULTS.md).
     tpu = options.platform == "tpu"
     unroll = options.unroll if options.unroll_given or not sums or tpu else 1
     return RingPlan(GATHER, n, bidirectional, unroll, in_loop_sum=sums,
@@ -662,13 +656,9 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
 
     shared = bool(plan.shared_rounds)   # a loop round may hold one block twice
     # Outside the TPU forms, where a round multiplies more than two blocks: a dot's second
-    # block waits for its first to be written (one barrier). XLA's GPU scheduler ran a
-    # round's GEMMs ahead of their writes, every product live at once (as f32 partials
-    # of a K split in four): 70B Q/K/V, two streams, h100:8: 80 MiB of temporaries
-    # against the original's 64; 56 so, as fast (the portable forms too; libtpu
-    # compiles those the same either way). Not with two blocks or fewer: there the
-    # waits cost overlap (70B MLP, h100:8: 778 -> 816 us) and the memory was below the
-    # original's.
+    # block waits for its first to be written (one barrier), or XLA's GPU scheduler runs
+    # a round's GEMMs ahead of their writes with every product live at once. Not with
+    # two blocks or fewer, where the waits cost overlap (benchmarks/RESULTS.md).
     serial = platform != "tpu" and plan.streams * sum(c.dots for c in consumers) > 2
 
     def step(k, shards, accs, invariants, shifts=None):
@@ -690,8 +680,8 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
         sending = plan.sends[k] if fixed else streams
         if fixed and k != 0 and plan.tied_sums and plan.in_loop_sum:
             # An inline round of the TPU form of a ring that sums: the sum so far, alone
-            # (RingPlan `tied_sums`). Tying the shards too kept each add out of the
-            # next dot's fusion (v5p:2x2x2 1555 -> 1588 us).
+            # (RingPlan `tied_sums`); tying the shards too keeps each add out of the
+            # next dot's fusion.
             accs = [b.barrier([acc])[0] if _made_here(acc) else acc for acc in accs]
         elif k != 0 and sending and any(_made_here(acc) for acc in accs):
             # The previous round's products first (one optimization_barrier): the

@@ -27,8 +27,7 @@ Left unchanged, with a remark: an all_to_all whose result has readers other than
 dot, or whose concat dim is a batch dim of it; a reading dot reached through views; a
 sum of dots; variadic all_to_alls; and a form that would cut a tensor more than
 STRIDED_LIMIT (4) times the exchanged one into strided blocks (larger dims before the
-cut dim: XLA copies every block), such as Ulysses' attention scores and probabilities
-(XLA's GPU compile at 8192 tokens: 0.16-0.39x the original).
+cut dim: XLA copies every block), such as Ulysses' attention scores and probabilities.
 
 Example:
   overlap-opt --pass-pipeline='builtin.module(overlap-all-to-all-matmul{threshold-mib=0})' in.mlir
@@ -130,9 +129,7 @@ class OverlapAllToAllMatmul(RewritePass):
         if site.sums and self.platform == "tpu" and not self.tpu_summing_rings:
             refusal = Unsupported(
                 "its chunks' products are summed, and on TPU each step reads and writes the "
-                "whole sum in HBM (as a gather ring over a contracting dim: slower than the "
-                "original at the paper's FSDP dims on v4 and v6e); tpu-summing-rings=true "
-                "builds it",
+                "whole sum in HBM; hint: tpu-summing-rings=true builds it",
                 kind="summing ring on TPU")
         return Match(detail, y, ring, shape, lambda bidirectional: _plan(ring.size),
                      build=site, dots=[dot.location], refusal=refusal)
@@ -292,10 +289,9 @@ class ExchangeSite:
 
 
 # A chunk form reads or writes another tensor in blocks along one dim. Where larger dims
-# come before that dim the blocks are strided, and XLA copies each one (its GPU compile
-# of Ulysses attention at 8192 tokens: 0.16-0.39x the original). Accepted while that
-# tensor is at most this many times the exchanged one (an MoE layer's: the FFN width
-# over the model width).
+# come before that dim the blocks are strided, and XLA copies each one. Accepted while
+# that tensor is at most this many times the exchanged one (an MoE layer's: the FFN
+# width over the model width).
 STRIDED_LIMIT = 4
 
 
@@ -307,8 +303,7 @@ def _require_blocks(exchange, tensor: ir.RankedTensorType, dim: int, what: str) 
     if strided and ratio > STRIDED_LIMIT:
         raise Unsupported(
             f"{what} ({tensor}, {ratio:.0f}x the exchanged tensor) would be cut into "
-            f"strided blocks along dim {dim}, one copy per step (attention-sized: "
-            f"0.16-0.39x on GPU in XLA's schedule)", kind="strided blocks")
+            f"strided blocks along dim {dim}, one copy per step", kind="strided blocks")
 
 
 def _plan(n: int) -> RingPlan:

@@ -8,9 +8,8 @@ too: the ring then keeps one buffer, the combination's, instead of one per dot
 (the TPU temporaries of a SwiGLU layer drop by a product's size). One dot's
 activation (`gelu(g @ w1)`) runs on each block too: the TPU compiler fuses it into the
 block's dot as its output, as it did into the whole dot, where replayed on the next
-dot's blocks (a prologue, below) it is recomputed for every tile of that dot (a
-70B-class MLP on v6e:2x4: the ring's compute 1.33x the original's with the gelu
-after the ring, 1.13x with it in the ring). Elementwise ops compute each element
+dot's blocks (a prologue, below) it is recomputed for every tile of that dot
+(benchmarks/RESULTS.md). Elementwise ops compute each element
 from the same elements of their operands, so the blocks give exactly the values the
 whole tensors would.
 

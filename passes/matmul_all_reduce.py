@@ -112,9 +112,8 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
         psum into a projection): a reduce_scatter, then an all_gather that the dots
         read, which overlap-all-gather-matmul makes their ring. The dim: the first divisible one
         that every dot reads as a free dim (a ring that sums over a contracting one
-        reads and writes its sum every round: a Megatron MLP's backward at 70B dims,
-        split on the contracting dim of the weight gradient, compiled 0.62x on
-        h100:8)."""
+        reads and writes its sum every round: slower in a backward step,
+        benchmarks/RESULTS.md)."""
         if len(reduce.operands) != 1:
             raise Unsupported(f"an all_reduce of {len(reduce.operands)} operands")
         result_type = reduce.results[0].type
@@ -132,11 +131,9 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
                 read[dim] = uses
         if not read:
             raise Unsupported(
-                "its operand is not a dot's result (the reduce half has no dot to overlap), "
-                "and no dim of its result is divisible by the group size and read only by "
-                "dots, each as a free dim (where the all_gather half would overlap them; "
-                "a ring that sums over a contracting dim made a backward step's split "
-                "0.62x on h100:8)",
+                "its operand is not a dot's result, and no dim of its result divisible by "
+                "the group size is read only by dots, each as a free dim (where the "
+                "all_gather half would overlap them)",
                 kind="operand not a dot's result")
         dim, uses = next(iter(read.items()))
         dots = [use.user for use in uses]

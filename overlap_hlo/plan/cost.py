@@ -69,10 +69,8 @@ class Hardware:
     # where an all-reduce writes it in place (libtpu 0.0.50.1 and 0.0.42.1).
     copies_returned_gathers: bool = False
     # Its price of a ring that sums over a contracting gathered dim was checked against
-    # the compiler: the cost model then decides such rings where the slice is known,
-    # unless told otherwise (libtpu 0.0.50.1, FSDP at 8 shapes: every form it chose on
-    # v5e, v5p and v6e compiled faster; on v4 three of the six it chose compiled
-    # 1.17-1.41x slower).
+    # the compiler (benchmarks/RESULTS.md): the cost model then decides such rings
+    # where the slice is known, unless told otherwise.
     decides_summing_rings: bool = False
 
     def matmul_us(self, flops: float, element_type: str) -> float:
@@ -90,10 +88,9 @@ class Hardware:
 
     def returned_gather_us(self, nbytes: float) -> float:
         """The copy of a returned all-gather of `nbytes` (`copies_returned_gathers`): read
-        and written at half the streaming rate. libtpu's estimates for 128 MiB of bf16:
-        806, 268 and 406 us on v5e, v5p and v6e (this model: 819, 243, 409), 1132 on v4
-        (559: priced low); below about 100 MiB on v5e and 90 MiB on v6e it made no copy
-        (priced anyway: the decision errs towards leaving the site unchanged)."""
+        and written at half the streaming rate, as libtpu's estimates have it
+        (benchmarks/RESULTS.md); priced even where libtpu makes no copy of a small one,
+        so the decision errs towards leaving the site unchanged."""
         return self.memory_us(4 * nbytes) if self.copies_returned_gathers else 0.0
 
     def step_us(self, block_bytes: float) -> float:

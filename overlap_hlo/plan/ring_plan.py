@@ -32,17 +32,15 @@ Not when fewer than 2 rounds have the loop's form.
 The TPU form of a ring that sums (`tied_sums`): each inline round's sum passes
 through an optimization_barrier before the next round adds to it; libtpu otherwise
 reassociated the sum into independent products added at the end, all of them live at
-once (70B-class FSDP up projection, two streams, v6e:2x4: 4187 us against 3475 tied).
+once.
 With two streams it keeps the all_gather layout (the own shard in round 0, beside the
 first shifts; p+N/2 alone in the last round), inline unless its uniform rounds fill
 two loop iterations or more (libtpu scheduled a one-trip loop's sends bare). Or, even
 N >= 4 (`own_last`), every dot contracts two shards: round 0 only sends (its shifts
 are exposed), round k of 1..N/2-1 multiplies p+k and p-k, the last round p+N/2
 beside the device's own shard: one product of the result's size fewer, each a read
-and write of the sum. Neither wins everywhere (libtpu's estimates, 8 devices): the
-paper's FSDP layer 4254 (own shard first) against 3659 us (last) on v5e:2x4, 1720
-against 1555 on v5p:2x2x2; 70B-class, 6890 against 7151 on v5e, 3358 against 3501 on
-v5p, 3365 against 3475 on v6e. A loop holds rounds 2..N/2-1 of the own-last layout
+and write of the sum. Neither wins everywhere (libtpu's estimates: benchmarks/
+RESULTS.md). A loop holds rounds 2..N/2-1 of the own-last layout
 (round 1 starts the sum) when they fill two iterations or more; else every round is
 inline.
 
@@ -50,7 +48,7 @@ A loop that would run once is not built (`single_trip_loop` false): its rounds a
 emitted inline; XLA's GPU pipeline made the sends before such a loop synchronous. A
 ring that sums products then takes the plain layout, since its layout exists for the
 loop's buffer. TPU forms keep the loop: the TPU compiler inlines it itself and
-scheduled that form better (Q/K/V on v5e:2x4 932 against 1030 us modelled).
+schedules that form better.
 
 reduce_scatter ring (two chains skewed by half a round): instead of the data, two
 accumulators travel the ring. In each round a chain computes its partial product and
@@ -238,7 +236,7 @@ def _own_last_gather(n: int, unroll: int):
     sends = [2] * (last - 1) + [1, 0]      # the up stream's last shift is not needed
     uniform = last - 2                      # rounds 2..last-1: add to the sum, send both
     if uniform // unroll < 2:               # inline: libtpu scheduled a one-trip loop's
-        return blocks, sends, last, last    # sends bare (v5p:2x2x2 2029 against 1588 us)
+        return blocks, sends, last, last    # sends bare
     start = 2 + uniform % unroll
     for k in range(start, last):
         sends[k] = 2                        # the loop's last round too (one unread shift)

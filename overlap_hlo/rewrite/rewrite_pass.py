@@ -387,8 +387,8 @@ class RewritePass:
         `tpu_summing_rings` when given, else when the cost model decides with a profile
         whose price of such rings was checked (`Hardware.decides_summing_rings`) and
         knows the slice (`device_coords`: without it the original's collective gets
-        two links, not the cube's three, and the paper's FSDP layer was chosen on v5p
-        and compiled 1.16x slower)."""
+        two links, not the cube's three, and the model chose rings that compiled
+        slower)."""
         if self.tpu_summing_rings is not None:
             return self.tpu_summing_rings
         return (self.threshold_mib is None and bool(self.hardware) and bool(self.device_coords)
