@@ -17,7 +17,9 @@ schedule order on one compute stream and one lane per link direction:
 - a synchronous collective (all-gather, reduce-scatter, all-reduce, all-to-all) holds
   the compute stream for a ring over both link directions, as the cost model credits
   the library collective; asynchronous ones (`*-start`/`*-done`, `async-start`) are
-  timed like permutes;
+  timed like permutes; a fusion wrapping a collective is that collective, and one that
+  also holds a matmul (libtpu's async collective fusion) computes for its cycle
+  estimate while the collective's own operand travels, exposing only the excess;
 - a `while` runs its body `trip_count` times (found by `trip_count`, below).
 
 Copies between memories (`copy-start`, `slice-start`) and instructions without a
@@ -399,7 +401,10 @@ class _Walker:
             elif op in SYNC_COLLECTIVES:
                 t = self.sync_collective(instr, computation, t)
             elif op == "fusion" and (inner := self.fused_collective(instr)) is not None:
-                t = self.sync_collective(instr, computation, t, inner)
+                if self.is_matmul(instr):
+                    t = self.collective_matmul(instr, t, inner)
+                else:
+                    t = self.sync_collective(instr, computation, t, inner)
             else:
                 t = self.compute(instr, t)
         return t
@@ -547,6 +552,26 @@ class _Walker:
         else:
             self.note_collective(instr, op, max(in_bytes, out_bytes), duration, duration)
         return t + duration
+
+    def collective_matmul(self, fusion: Instruction, t: float, inner: Instruction) -> float:
+        """libtpu's async collective fusion: a collective fused with a matmul (an
+        all-gather with a weight gradient's dot). The collective's own operand crosses
+        the links while the fusion computes (its cycle estimate, the matmul's); only
+        the transfer's excess over that compute is exposed."""
+        in_bytes = sum(o.shape.nbytes for o in self.proto.operands(inner))
+        out_bytes = inner.shape.nbytes
+        transfer = self.transfer_us(inner, inner.opcode, in_bytes, out_bytes)
+        compute = self.timing.compute_us(fusion, self.proto)
+        wait = max(0.0, transfer - compute)
+        self.span("compute", t, t + compute, fusion, "matmul")
+        self.span("compute", t + compute, t + compute + wait, fusion, "wait")
+        self.span(self.lane(("*",)), t, t + transfer, fusion, "collective")
+        self.result.compute_us += compute
+        self.result.compute_by_name[fusion.name] += compute
+        self.result.names_by_location[self.location(fusion)].add(fusion.name)
+        self.result.exposed_us += wait
+        self.note_collective(fusion, inner.opcode, max(in_bytes, out_bytes), transfer, wait)
+        return t + compute + wait
 
     def note_permute(self, start: Instruction, computation: str, location: str, nbytes: int,
                      duration: float, between: list[Instruction], lane: str = "",

@@ -1,0 +1,66 @@
+"""The schedule model prices libtpu's async collective fusions (a collective fused with
+a matmul) as what they are: the collective's own bytes on the links, overlapped with
+the fused matmul, whose compute counts. A hand-made scheduled module stands in for
+libtpu's output (its instruction kinds as libtpu writes them)."""
+import json
+
+import pytest
+
+from overlap_hlo.plan import cost
+from overlap_hlo.targets import schedule
+from overlap_hlo.targets.hlo_proto import Computation, Instruction, ModuleProto, Shape
+
+BF16 = 16   # PrimitiveType BF16
+GATHERED = Shape(BF16, (4096, 8192))   # 64 MiB, gathered over 8 devices
+SHARD = Shape(BF16, (512, 8192))
+WEIGHT = Shape(BF16, (8192, 3584))
+
+
+def instr(name, opcode, id_, shape, operands=(), called=(), cycles=None, group=()):
+    config = json.dumps({"window_config": {"estimated_cycles": str(cycles)}}).encode() \
+        if cycles is not None else b""
+    return Instruction(name, opcode, id_, shape, tuple(operands), tuple(called), "", None,
+                       config, (), -1, "", (), tuple(group))
+
+
+def module(fused_dot: bool, cycles: int) -> tuple[ModuleProto, list[Instruction]]:
+    """An entry computation: param -> fusion(all-gather[, dot]) over 8 devices."""
+    group = tuple(range(8))
+    inner = [instr("p0", "parameter", 10, SHARD),
+             instr("ag", "all-gather", 11, GATHERED, [10], group=group)]
+    if fused_dot:
+        inner += [instr("p1", "parameter", 12, WEIGHT),
+                  instr("dot", "dot", 13, Shape(BF16, (4096, 3584)), [11, 12])]
+    fused = Computation("fused", 2, inner[-1].id, tuple(inner))
+    operands = [1, 3] if fused_dot else [1]
+    entry_ops = [instr("x", "parameter", 1, SHARD), instr("w", "parameter", 3, WEIGHT),
+                 instr("fusion", "fusion", 4, inner[-1].shape, operands, [2], cycles)]
+    entry = Computation("main", 1, 4, tuple(entry_ops))
+    return ModuleProto({1: entry, 2: fused}, 1), entry_ops
+
+
+def walk(monkeypatch, fused_dot: bool, cycles: int) -> schedule.Analysis:
+    proto, sequence = module(fused_dot, cycles)
+    monkeypatch.setattr(schedule, "scheduled_sequences", lambda hlo, p: {"main": sequence})
+    timing = schedule.Timing(cost.hardware("tpu-v5e"), 1.5, 8)
+    walker = schedule._Walker(None, proto, timing, schedule.trip_count, False)
+    walker.result.total_us = walker.run("main", 0.0)
+    return walker.result, timing
+
+
+@pytest.mark.parametrize("cycles", [100_000, 10_000_000])
+def test_a_collective_fused_with_a_matmul_overlaps_it(monkeypatch, cycles):
+    result, timing = walk(monkeypatch, True, cycles)
+    compute = cycles / 1.5e3
+    transfer = timing.collective_us("all-gather", SHARD.nbytes, GATHERED.nbytes, 8, ())
+    assert result.compute_us == pytest.approx(compute)       # the fused matmul counts
+    assert result.exposed_us == pytest.approx(max(0.0, transfer - compute))
+    assert result.total_us == pytest.approx(max(compute, transfer))
+    (collective,) = result.collectives
+    assert collective.bytes == GATHERED.nbytes   # the gather's bytes, not the weight's too
+
+
+def test_a_fused_collective_without_a_matmul_stays_a_collective(monkeypatch):
+    result, timing = walk(monkeypatch, False, 1_000)
+    transfer = timing.collective_us("all-gather", SHARD.nbytes, GATHERED.nbytes, 8, ())
+    assert result.compute_us == 0 and result.exposed_us == pytest.approx(transfer)
