@@ -205,11 +205,31 @@ class Report:
             "original_temp_bytes": self.original_temp_bytes,
             "rewritten_temp_bytes": self.rewritten_temp_bytes,
             "chosen": self.chosen, "candidates": self.candidates,
+            "outside_sites": self.outside,
         }
 
     @property
     def speedup(self) -> float:
         return self.original_us / self.rewritten_us if self.rewritten_us else 1.0
+
+    @property
+    def outside(self) -> dict[str, list[float]]:
+        """What no site's row holds, before and after: the totals less the rows' sums
+        (exposed communication, compute, time), so that rows and this add up to the
+        module."""
+        def rest(total: float, parts) -> float:
+            return total - sum(parts)
+
+        rows = self.sites
+        return {
+            "exposed_us": [rest(self.original.exposed_us, (r.original_exposed_us for r in rows)),
+                           rest(self.rewritten.exposed_us, (r.exposed_us for r in rows))],
+            "compute_us": [rest(self.original.compute_us, (r.original_compute_us for r in rows)),
+                           rest(self.rewritten.compute_us,
+                                (r.rewritten_compute_us for r in rows))],
+            "us": [rest(self.original_us, (r.before_us for r in rows)),
+                   rest(self.rewritten_us, (r.after_us for r in rows))],
+        }
 
     @property
     def kept(self) -> str:
@@ -241,6 +261,11 @@ class Report:
                          "moved here" if row.moved_here else
                          f"{row.speedup:.2f}x" + (" SLOWER" if row.slower else ""),
                          ", ".join(row.collectives_left) or "-"])
+        out = self.outside
+        rows.append(["outside the sites", "", "-",
+                     f"{out['exposed_us'][0]:.1f} -> {out['exposed_us'][1]:.1f}",
+                     f"{out['compute_us'][0]:.1f} -> {out['compute_us'][1]:.1f}",
+                     f"{out['us'][0]:.1f}", f"{out['us'][1]:.1f}", "", "-"])
         rows.append(["total", "", f"{self.overlapped}/{self.permutes}"
                      + (f", {self.synchronous} sync" if self.synchronous else ""),
                      f"{self.original.exposed_us:.1f} -> {self.rewritten.exposed_us:.1f}",

@@ -244,6 +244,15 @@ def test_cli_json_and_timeline(tmp_path, capsys):
     assert "total" in printed.out and f"{data['overlapped']}/{data['permutes']}" in printed.out
     assert data["speedup"] == pytest.approx(data["original_us"] / data["rewritten_us"])
     assert data["sites_slower"] == [s["location"] for s in data["sites"] if s["slower"]]
+    # The rows and the row outside the sites add up to the module, before and after.
+    outside = data["outside_sites"]
+    for i, (site_key, total_key) in enumerate((("before_us", "original_us"),
+                                                ("after_us", "rewritten_us"))):
+        assert sum(s[site_key] for s in data["sites"]) + outside["us"][i] == \
+            pytest.approx(data[total_key])
+    assert sum(s["exposed_us"] for s in data["sites"]) + outside["exposed_us"][1] == \
+        pytest.approx(data["rewritten_exposed_us"])
+    assert "outside the sites" in printed.out
     assert printed.out.splitlines()[-1].startswith("verdict: predicted ")
     assert f"({data['speedup']:.2f}x) on v5e:2x4" in printed.out
     assert (data["topology"], data["requested"]) == ("v5e:2x4", None)
