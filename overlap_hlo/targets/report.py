@@ -206,6 +206,9 @@ class Report:
             "rewritten_temp_bytes": self.rewritten_temp_bytes,
             "chosen": self.chosen, "candidates": self.candidates,
             "outside_sites": self.outside,
+            "original_matmul_us": self.original.matmul_us,
+            "rewritten_matmul_us": self.rewritten.matmul_us,
+            "model_problems": self.model_problems(),
         }
 
     @property
@@ -296,6 +299,7 @@ class Report:
             tried = ", ".join(f"{name} {us:.1f} us" for name, us in self.candidates.items())
             lines.append(f"chosen by the compiled schedule: {self.chosen} (candidates: "
                          f"{tried}; the original {self.original_us:.1f} us)")
+        lines += [f"warning: {problem}" for problem in self.model_problems()]
         unknown = [loop.name for a in (self.original, self.rewritten) for loop in a.loops
                    if loop.trip_count is None]
         if unknown:
@@ -303,6 +307,15 @@ class Report:
                          "each counted once")
         lines.append(self.verdict())
         return "\n".join(lines) + "\n"
+
+    def model_problems(self) -> list[str]:
+        """Where the model disagrees with itself: a module whose compute is below the sum
+        of its matmuls' estimates left a matmul out (as it did of libtpu's async
+        collective fusions)."""
+        return [f"the {name} module's modelled compute ({a.compute_us:.1f} us) is below its "
+                f"matmuls' ({a.matmul_us:.1f} us): an instruction was priced as something "
+                "else" for name, a in (("original", self.original), ("rewritten", self.rewritten))
+                if a.compute_us < a.matmul_us * (1 - 1e-9)]
 
     def verdict(self) -> str:
         """One line: the predicted speedup of the whole module and the sites slower."""

@@ -170,6 +170,7 @@ class Analysis:
     total_us: float = 0.0
     compute_us: float = 0.0
     exposed_us: float = 0.0
+    matmul_us: float = 0.0   # the compiler's estimates of every matmul run, summed apart
     temp_bytes: int = 0
     permutes: list[Permute] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
@@ -306,6 +307,7 @@ def analyze(hlo_module, timing: Timing, *, trip_counts: TripCounts = trip_count,
     result.hlo_module, result.proto = hlo_module, proto
     result.total_us = end
     result.temp_bytes = temp_bytes
+    result.matmul_us = walker.matmuls(entry.name)
     walker.find_loop_copies()
     return result
 
@@ -572,6 +574,21 @@ class _Walker:
         self.result.exposed_us += wait
         self.note_collective(fusion, inner.opcode, max(in_bytes, out_bytes), transfer, wait)
         return t + compute + wait
+
+    def matmuls(self, computation: str) -> float:
+        """The matmuls' compute in `computation`, loops by their trip counts, summed
+        apart from the walk: the walk's compute is at least this, or it lost one."""
+        total = 0.0
+        for instr in self.sequences.get(computation, []):
+            if instr.opcode == "while":
+                loop = self.loops.get(instr.name)
+                if loop is not None:
+                    total += self.matmuls(loop.body) * (loop.trip_count or 1)
+            elif instr.opcode in ("call", "conditional"):
+                total += sum(self.matmuls(c.name) for c in self.proto.called(instr))
+            elif self.is_matmul(instr):
+                total += self.timing.compute_us(instr, self.proto)
+        return total
 
     def note_permute(self, start: Instruction, computation: str, location: str, nbytes: int,
                      duration: float, between: list[Instruction], lane: str = "",

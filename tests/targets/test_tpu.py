@@ -253,6 +253,9 @@ def test_cli_json_and_timeline(tmp_path, capsys):
     assert sum(s["exposed_us"] for s in data["sites"]) + outside["exposed_us"][1] == \
         pytest.approx(data["rewritten_exposed_us"])
     assert "outside the sites" in printed.out
+    # Each module's compute holds at least its matmuls' estimates (none priced as else).
+    assert data["model_problems"] == [] and data["original_matmul_us"] > 0
+    assert data["rewritten_compute_us"] >= data["rewritten_matmul_us"] > 0
     assert printed.out.splitlines()[-1].startswith("verdict: predicted ")
     assert f"({data['speedup']:.2f}x) on v5e:2x4" in printed.out
     assert (data["topology"], data["requested"]) == ("v5e:2x4", None)

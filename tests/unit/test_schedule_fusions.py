@@ -64,3 +64,22 @@ def test_a_fused_collective_without_a_matmul_stays_a_collective(monkeypatch):
     result, timing = walk(monkeypatch, False, 1_000)
     transfer = timing.collective_us("all-gather", SHARD.nbytes, GATHERED.nbytes, 8, ())
     assert result.compute_us == 0 and result.exposed_us == pytest.approx(transfer)
+
+
+def test_the_matmuls_are_counted_apart_from_the_walk(monkeypatch):
+    """The walk's compute is checked against the matmuls' estimates summed apart; a
+    report whose module computes less than its matmuls says so."""
+    from overlap_hlo.targets.report import Report
+
+    proto, sequence = module(True, 3_000_000)
+    monkeypatch.setattr(schedule, "scheduled_sequences", lambda hlo, p: {"main": sequence})
+    timing = schedule.Timing(cost.hardware("tpu-v5e"), 1.5, 8)
+    walker = schedule._Walker(None, proto, timing, schedule.trip_count, False)
+    walker.run("main", 0.0)
+    assert walker.matmuls("main") == pytest.approx(walker.result.compute_us) == 2000.0
+    good = schedule.Analysis(total_us=5.0, compute_us=4.0, matmul_us=4.0)
+    lost = schedule.Analysis(total_us=5.0, compute_us=1.0, matmul_us=4.0)
+    report = Report("v5e:2x4", "tpu-v5e", 1.5, {}, [], good, lost, 0, 0)
+    (problem,) = report.model_problems()
+    assert problem.startswith("the rewritten module's modelled compute (1.0 us) is below")
+    assert "warning: " + problem in report.format()
