@@ -37,6 +37,7 @@ from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
 from overlap_hlo.ir.lookthrough import (DOTS, dots_reading, producer, returned_by_program,
                                         users_through_views)
+from overlap_hlo.ir.ops import defining_op
 from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.cost import SiteShape
@@ -72,6 +73,10 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
 
     def match(self, op, scan, settled=None) -> Match:
         reduce = op.operation
+        if _rank(reduce) == 0 and reduce.operands and \
+                getattr(defining_op(reduce.operands[0]), "name", "") in DOTS:
+            raise Unsupported("its result is a scalar: no dim to scatter over the group",
+                              kind="no divisible dim")
         if not self.summed(reduce):
             if len(reduce.results) != 1 or not is_add_reduction(reduce.regions[0]) \
                     or not dots_reading(reduce.results[0]):

@@ -295,3 +295,10 @@ def test_all_reduce_refusal_names_the_all_reduce():
     program = Program(fn, (8,), ("x",), DOTS_IN, P())
     for site in sites_of(program):
         assert "reduce_scatter" not in site.reason, site.format()
+
+
+def test_a_scalar_psum_of_a_dot_says_why():
+    program = Program(lambda x, w: PSUM(jnp.dot(x, w), "x"), (8,), ("x",),
+                      [((64,), P("x")), ((64,), P("x"))], P())
+    (site,) = sites_of(program)
+    assert not site.applied and site.reason.startswith("its result is a scalar")
