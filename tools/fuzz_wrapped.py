@@ -16,6 +16,8 @@ import math
 import random
 from dataclasses import dataclass
 
+from .fuzz_common import auto_mesh
+
 # form -> the kinds of collective it wraps
 FORMS = {
     "between": ("psum",),
@@ -77,8 +79,6 @@ def build_wrapped(case: WrappedCase):
     import jax.numpy as jnp
     import numpy as np
     from jax.sharding import NamedSharding
-
-    from .fuzz import auto_mesh
 
     g = case.group
     a, b, c = case.sizes
