@@ -49,6 +49,9 @@ from overlap_hlo.rewrite.rewrite_pass import restore, verification_error
 from overlap_hlo.rewrite.scan import ModuleScan
 from overlap_hlo.rewrite.site import SiteLog
 
+from .carried_shard import (Carried, can_carry_shard, carry_shard, gather_at_top,
+                            loop_of_body)
+
 # The shared elementwise ops, and more that keep elements apart (integer and bit ops,
 # complex parts, CHLO's: `jnp.square` is `chlo.square`).
 ELEMENTWISE = ops.ELEMENTWISE | frozenset(f"stablehlo.{name}" for name in (
@@ -134,7 +137,7 @@ class OverlapSequenceParallel:
             halves = {site.where for site in log.sites
                       if site.applied and site.pattern == "overlap-matmul-all-reduce"}
             planned = [_Block(block, scan, records, halves) for block in blocks.values()]
-            kept = [(block, block.plan()) for block in planned]
+            kept = [_carrying_shards(block, block.plan()) for block in planned]
         except Exception as err:   # noqa: BLE001 - nothing was touched: report and stop
             log.add(module_op.location, self.name, False, **_internal(err))
             return
@@ -156,6 +159,25 @@ class OverlapSequenceParallel:
             log.add(location, self.name, applied, **facts)
 
 
+def _carrying_shards(block: _Block, components: list) -> tuple[_Block, list]:
+    """`block` and its components, or, where a moved value is what its loop carries
+    (a scanned layer's residual) and nothing else moved, the same block planned again
+    with the loop carrying the shard. When that moves nothing either, the carried
+    values' remarks."""
+    if components or not block.carry_candidates:
+        block.records.extend(block.carry_remarks)
+        return block, components
+    before = len(block.records)
+    again = _Block(block.block, block.scan, block.records, block.halves,
+                   {c.index: c for c in block.carry_candidates})
+    moved = again.plan()
+    if moved:
+        return again, moved
+    del block.records[before:]   # the second plan's remarks: the first one's stand
+    block.records.extend(block.carry_remarks)
+    return block, components
+
+
 def _internal(error) -> dict:
     if isinstance(error, Exception):
         error = f"{type(error).__name__}: {error}"
@@ -168,9 +190,13 @@ class _Block:
     """The moves in one block: planned from its all_gathers, then kept or dropped per
     component."""
 
-    def __init__(self, block: ir.Block, scan: ModuleScan, records: list, halves: set):
+    def __init__(self, block: ir.Block, scan: ModuleScan, records: list, halves: set,
+                 carried: dict[int, Carried] | None = None):
         self.block, self.scan, self.records = block, scan, records
         self.halves = halves   # where all_reduce rings left their all_gather half
+        self.carried = carried or {}   # the loop's carried shards, by index
+        self.carry_candidates: list[Carried] = []   # values the loop could carry so
+        self.carry_remarks: list = []   # their remarks, if it cannot
         self.gathered: dict[ir.Value, Gathered] = {}
         self.parent: list[int] = []              # union-find over components
         self.moved: set[ir.Operation] = set()
@@ -184,6 +210,10 @@ class _Block:
 
     def plan(self) -> list[Component]:
         """The components worth building (no IR touched)."""
+        for index, carried in self.carried.items():   # the loop's argument is the shard
+            argument = self.block.arguments[index]
+            self.gathered[argument] = Gathered(carried.dim, carried.seed,
+                                               self._new_component(), shard=argument)
         for op in self.block.operations:
             op = op.operation
             if op.name == "stablehlo.all_gather":
@@ -195,11 +225,12 @@ class _Block:
             return []
         components: dict[int, Component] = {}
         for value, g in self.gathered.items():
-            if g.seed == as_op(value.owner) and self._ring(g.seed) is not None:
+            if isinstance(value, ir.OpResult) and g.seed == as_op(value.owner) \
+                    and self._ring(g.seed) is not None:
                 components.setdefault(self._find(g.component), Component()).seeds.append(g.seed)
         for move in self.moves:
             components.setdefault(self._find(move.component), Component()).moves.append(move)
-        kept = [c for c in components.values() if c.moves and self._worth_it(c)]
+        kept = [c for c in components.values() if c.moves and c.seeds and self._worth_it(c)]
         self.unmoved_remarks(kept)
         return kept
 
@@ -291,6 +322,13 @@ class _Block:
                     added += tensor_bytes(value.type)
                     feeds_dot |= any(use.user.name in DOTS
                                      for use in users_through_views(value, dim)[0])
+        for index, carried in self.carried.items():   # the shard the loop carries
+            argument = self.block.arguments[index]
+            if self._find(self.gathered[argument].component) == \
+                    self._find(component.moves[0].component) and self._read_elsewhere(argument):
+                added += tensor_bytes(carried.loop.results[index].type)
+                feeds_dot |= any(use.user.name in DOTS for use in
+                                 users_through_views(argument, carried.dim)[0])
         removed = sum(tensor_bytes(seed.results[0].type) for seed in component.seeds
                       if not self._read_elsewhere(seed.results[0]))
         if all(move.op.name in VIEWS for move in component.moves):
@@ -301,7 +339,8 @@ class _Block:
                        if _carried_by_loop(v, callers)]
             if carried and _reaches_dot(carried[0], callers) and \
                     self._after_a_ring(component.seeds[0]):
-                self.records.append((component.seeds[0].location, False, dict(
+                self._carry_candidate(component)
+                self.carry_remarks.append((component.seeds[0].location, False, dict(
                     kind="not moved onto the shard", reason=(
                         "the ops after the all_gather make a value the loop carries to "
                         "its next iteration (a scanned layer's residual), where a dot "
@@ -320,14 +359,49 @@ class _Block:
             return False
         return True
 
+    def _carry_candidate(self, component: Component) -> None:
+        """Note the value of `component` that the loop around this block could carry
+        as its shard: yielded as it is, whole when it enters the loop (the same on
+        every device of the group), unread by the condition."""
+        loop = loop_of_body(self.block)
+        if loop is None or self.carried:
+            return
+        seed = component.seeds[0]
+        terminator = as_op(list(self.block.operations)[-1])
+        for move in component.moves:
+            for value, dim in zip(move.op.results, move.result_dims):
+                for use in value.uses:
+                    index = use.operand_number
+                    if (as_op(use.owner) == terminator and self._ring(seed) is not None
+                            and can_carry_shard(loop, index, self._ring(seed).size, dim)
+                            and self._same_everywhere(loop.operands[index], seed)):
+                        self.carry_candidates.append(Carried(loop, index, dim, seed))
+
     def _read_elsewhere(self, value: ir.Value) -> bool:
-        """Read by an op that does not move onto the shard."""
-        return any(as_op(use.owner) not in self.moved for use in value.uses)
+        """Read by an op that does not move onto the shard (nor as the shard the loop
+        carries)."""
+        return any(as_op(use.owner) not in self.moved and not self._carried_yield(use)
+                   for use in value.uses)
+
+    def _carried_yield(self, use) -> bool:
+        """`use` is the yield of a value the loop carries as its shard."""
+        return (use.operand_number in self.carried
+                and as_op(use.owner) == as_op(list(self.block.operations)[-1]))
 
     # Building.
 
     def build(self, component: Component) -> None:
         ring = self._ring(component.seeds[0])
+        carried = [c for i, c in self.carried.items() if self._find(
+            self.gathered[self.block.arguments[i]].component) ==
+            self._find(component.moves[0].component)]
+        for c in carried:
+            argument = self.block.arguments[c.index]
+            readers = [(as_op(u.owner), u.operand_number) for u in argument.uses
+                       if as_op(u.owner) not in self.moved]
+            carry_shard(c, ring, _rows_of, self.scan)
+            gather_at_top(self.block, argument, readers, c.seed, c.dim,
+                          c.loop.results[c.index].type, self.scan)
         first = self.block.operations[0]
         with first.location, ir.InsertionPoint(first):
             position = b.ring_position(ring)
@@ -353,8 +427,12 @@ class _Block:
                     result.set_type(b.with_dim(shape, dim, shape.shape[dim] // ring.size))
             for value, new in zip(op.results, clone.results):
                 self.gathered[value].shard = new
+        terminator = as_op(list(self.block.operations)[-1])
         for move in component.moves:
             for value in move.op.results:
+                for use in list(value.uses):
+                    if self._carried_yield(use):
+                        terminator.operands[use.operand_number] = self.gathered[value].shard
                 if self._read_elsewhere(value):
                     self._gather_before(move.op, value, component.seeds[0])
         for op in reversed(moved_here):
@@ -362,9 +440,10 @@ class _Block:
         for seed in component.seeds:
             if not list(seed.results[0].uses):
                 seed.erase()
+        carries = "; the loop carries the residual's shard" if carried else ""
         self.records.append((location, True, dict(detail=(
             f"{len(moved_here)} ops after {len(component.seeds)} all_gather(s) moved onto "
-            "the shard; the all_gathers now feed the next dots"))))
+            f"the shard; the all_gathers now feed the next dots{carries}"))))
 
     def _gather_before(self, op: ir.Operation, value: ir.Value, seed: ir.Operation) -> None:
         """Readers of `value` other than the moved ops read an all_gather of its shard,
