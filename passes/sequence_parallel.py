@@ -399,9 +399,9 @@ class _Block:
             argument = self.block.arguments[c.index]
             readers = [(as_op(u.owner), u.operand_number) for u in argument.uses
                        if as_op(u.owner) not in self.moved]
+            whole = argument.type   # read before the loop carries the shard
             carry_shard(c, ring, _rows_of, self.scan)
-            gather_at_top(self.block, argument, readers, c.seed, c.dim,
-                          c.loop.results[c.index].type, self.scan)
+            gather_at_top(self.block, argument, readers, c.seed, c.dim, whole, self.scan)
         first = self.block.operations[0]
         with first.location, ir.InsertionPoint(first):
             position = b.ring_position(ring)

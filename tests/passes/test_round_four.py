@@ -145,13 +145,15 @@ def test_sequence_parallel_in_a_gspmd_export():
     check(program, shardy=False, rewritten=4, left=Counter({"stablehlo.all_reduce": 0}))
 
 
-@pytest.mark.parametrize("loop", ["scan", "fori_loop"])
-def test_a_scanned_residual_is_carried_as_its_shard(loop):
+@pytest.mark.parametrize("loop,norm", [("scan", True), ("fori_loop", True),
+                                       ("scan", False)])
+def test_a_scanned_residual_is_carried_as_its_shard(loop, norm):
     """The loop carries the residual's rows: the norm and the add run on them and the
-    all_gather before the next layer's first dot becomes its ring. Where JAX calls the
-    scan body as a function (jax 0.10.2), the move is named in a remark instead."""
+    all_gather before the next layer's first dot (at the body's top, without a norm)
+    becomes its ring. Where JAX calls the scan body as a function (jax 0.10.2), the
+    move is named in a remark instead."""
     def layer(h, g, w1, w2):
-        return h + PSUM(jax.nn.gelu(rms(h, g) @ w1) @ w2, "x")
+        return h + PSUM(jax.nn.gelu((rms(h, g) if norm else h) @ w1) @ w2, "x")
 
     def fn(x, g, w1, w2):
         if loop == "scan":
