@@ -13,6 +13,10 @@
   `jax.nn.silu` lower to calls after a psum: overlap-sequence-parallel moves them), or
   its result is what a reduce_scatter, all_reduce or all_to_all reduces through views
   (a nested `jax.jit` layer).
+- A private function that a while loop's body calls once and that holds an all_reduce
+  (jax 0.10.2 calls a scan's body so) is inlined into the loop's body: the residual it
+  updates is then the loop's own carried value, which overlap-sequence-parallel can
+  carry as its shard.
 - A legacy `stablehlo.dot` (older exporters, hand-written modules) next to a
   collective is the `dot_general` it abbreviates.
 - The sum a reduce_scatter or all_reduce reduces is made a sum of dots where it is a
@@ -61,6 +65,10 @@ def normalize(module_op: ir.Operation) -> None:
     if not collectives:
         return
     if inline_identical_branches(branching):   # the other branches' ops are gone
+        collectives, _ = _scan(module_op)
+    bodies: dict[str, ir.Operation] = {}
+    if inline_loop_bodies(collectives, bodies):   # its collectives are new ops
+        _erase_unused_private(module_op, bodies)
         collectives, _ = _scan(module_op)
     inlined: dict[str, ir.Operation] = {}
     for _ in range(MAX_INLINE_ROUNDS):
@@ -334,6 +342,39 @@ def inline_calls(collectives: list[ir.Operation], inlined: dict[str, ir.Operatio
             inlined[ir.StringAttr(func.attributes["sym_name"]).value] = func
             _inline(call, func)
             count += 1
+    return count
+
+
+def inline_loop_bodies(collectives: list[ir.Operation], inlined: dict[str, ir.Operation]
+                       ) -> int:
+    """Inline the call that is a while loop's body (jax 0.10.2 calls a scan's body as
+    a private function) where that function, called once, holds an all_reduce: the
+    residual it updates is then a value of the loop's own body. Returns how many."""
+    callers = Callers()
+    roots = [c for c in collectives if c.name == "stablehlo.all_reduce"]
+    if not roots:
+        return 0
+    module_op = roots[0]
+    while module_op.parent is not None:
+        module_op = module_op.parent
+    module_op.walk(lambda op: (callers.note(op), ir.WalkResult.ADVANCE)[1])
+    count = 0
+    for collective in roots:
+        func = collective.parent
+        while func is not None and func.name != "func.func":
+            func = func.parent
+        if func is None or "sym_visibility" not in func.attributes:
+            continue
+        name = ir.StringAttr(func.attributes["sym_name"]).value
+        calls = callers.calls.get(name, [])
+        if name in inlined or name in callers.other or len(calls) != 1:
+            continue
+        call = calls[0]
+        if call.parent is None or call.parent.name != "stablehlo.while":
+            continue
+        inlined[name] = as_op(func)
+        _inline(call, as_op(func))
+        count += 1
     return count
 
 
