@@ -121,8 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="check diagnostics against '// expected-error {{...}}' "
                              "comments in the input")
     parser.add_argument("--verify-each", type=cli.boolean, metavar="BOOL",
-                        help="run the verifier after each pass: true (the default; "
-                             "also a bare --verify-each) or false")
+                        help="run the verifier after each pass: true (also a bare "
+                             "--verify-each) or false (not at all); by default it runs "
+                             "once, on the pipeline's result (each overlap pass also "
+                             "checks the module it leaves)")
     parser.add_argument("--no-verify-each", dest="verify_each", action="store_false",
                         help="same as --verify-each=false")
     parser.add_argument("--emit-bytecode", action="store_true",
@@ -143,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--list-passes", action="store_true",
                         help="list the overlap passes and their options, then exit")
     parser.add_argument("--version", action="version", version=cli.version(PROG))
-    parser.set_defaults(verify_each=True)
+    parser.set_defaults(verify_each=None)
     return parser
 
 
@@ -366,7 +368,7 @@ class Driver:
         log = ReportingSiteLog(input_name=self.input_name,
                                report=self._on_site if self.args.remarks else None)
         pm = build_pass_manager(self.args.pass_pipeline, log, self.defaults, self.context)
-        pm.enable_verifier(self.args.verify_each)
+        pm.enable_verifier(self.args.verify_each is True)
         if self.args.mlir_print_ir_before_all or self.args.mlir_print_ir_after_all:
             pm.enable_ir_printing(print_before_all=self.args.mlir_print_ir_before_all,
                                   print_after_all=self.args.mlir_print_ir_after_all)
@@ -374,6 +376,8 @@ class Driver:
             pm.enable_timing()
         try:
             pm.run(module.operation)
+            if self.args.verify_each is None:   # once, on the result
+                module.operation.verify()
             self.sites += log.sites
             note = no_collectives_note(module, log.sites)
             if note is not None and not self.args.verify_diagnostics:
@@ -403,10 +407,10 @@ class Driver:
                     "error", f"cannot write a StableHLO portable artifact: {err}",
                     self.input_name, None))
                 return None
-        # Without --verify-each the module may be invalid: let the printer check it
+        # With --verify-each=false the module may be invalid: let the printer check it
         # and fall back to the generic form instead of crashing.
         text = module.operation.get_asm(enable_debug_info=self.args.mlir_print_debuginfo,
-                                        assume_verified=self.args.verify_each)
+                                        assume_verified=self.args.verify_each is not False)
         return text.encode("utf-8")
 
     # Diagnostics.

@@ -545,7 +545,8 @@ def test_verify_each_off(flag, extra_passes, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flags", [[], ["--verify-each=true"], ["--verify-each"]])
-def test_verify_each_is_on_by_default(flags, extra_passes, tmp_path, capsys):
+def test_the_result_is_verified_by_default(flags, extra_passes, tmp_path, capsys):
+    """By default once, on the pipeline's result; with --verify-each after each pass."""
     path = write(tmp_path, "f.mlir", SIMPLE)
     # A bare --verify-each takes no value: the path after it stays the input.
     assert main(flags + [str(path),
