@@ -31,19 +31,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-import numpy as np
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy, stablehlo
+from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.groups.collectives import Ring
-from overlap_hlo.groups.meshes import find_mesh, module_of
-from overlap_hlo.ir.dominance import callee, private_calls, replicated_gspmd_input
 from overlap_hlo.ir.dots import tensor_bytes
 from overlap_hlo.ir.locations import Where
 from overlap_hlo.ir.lookthrough import DOTS, users_through_views
-from overlap_hlo.ir import ops
 from overlap_hlo.ir.ops import as_op, contains
-from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.rewrite import builders as b
 from overlap_hlo.rewrite.rewrite_pass import restore, verification_error
 from overlap_hlo.rewrite.scan import ModuleScan
@@ -51,25 +46,9 @@ from overlap_hlo.rewrite.site import SiteLog
 
 from .carried_shard import (Carried, can_carry_shard, carry_shard, gather_at_top,
                             loop_of_body)
-
-# The shared elementwise ops, and more that keep elements apart (integer and bit ops,
-# complex parts, CHLO's: `jnp.square` is `chlo.square`).
-ELEMENTWISE = ops.ELEMENTWISE | frozenset(f"stablehlo.{name}" for name in (
-    "bitcast_convert count_leading_zeros imag popcnt real reduce_precision shift_left "
-    "shift_right_arithmetic shift_right_logical").split()) | frozenset(
-    f"chlo.{name}" for name in (
-        "acos acosh asin asinh atan atanh conj cosh digamma erf erf_inv erfc is_inf "
-        "is_neg_inf is_pos_inf lgamma next_after polygamma sinh square tan zeta").split())
-SHAPE_OPS = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.transpose",
-                       "stablehlo.reshape", "stablehlo.reduce"})
-# Ops whose result may differ between devices that read the same operands.
-DEVICE_DEPENDENT = frozenset(f"stablehlo.{name}" for name in (
-    "partition_id", "replica_id", "rng", "rng_bit_generator", "collective_permute",
-    "collective_broadcast", "all_to_all", "reduce_scatter", "custom_call", "infeed",
-    "outfeed", "send", "recv"))
-VIEWS = frozenset({"sdy.sharding_constraint", "stablehlo.convert", "stablehlo.transpose",
-                   "stablehlo.reshape"})
-MAX_PROOF_DEPTH = 256   # deeper operand chains are not proved the same on every device
+from .row_rules import (ELEMENTWISE, SHAPE_OPS, VIEWS, carried_by_loop, groups_key,
+                        reaches_dot, row_rule, rows_of)
+from .same_everywhere import ValueFacts
 
 
 @dataclass
@@ -186,7 +165,7 @@ def _internal(error) -> dict:
         "as it was (please report it)"))
 
 
-class _Block:
+class _Block(ValueFacts):
     """The moves in one block: planned from its all_gathers, then kept or dropped per
     component."""
 
@@ -255,7 +234,7 @@ class _Block:
                     self.stops.setdefault(g.component, (op, stop))
             return
         seed = next(g for g in inputs if g).seed
-        result_dims, slice_dims = _row_rule(op, [g.dim if g else None for g in inputs])
+        result_dims, slice_dims = row_rule(op, [g.dim if g else None for g in inputs])
         component = self._new_component()
         for g in inputs:
             if g:
@@ -270,12 +249,12 @@ class _Block:
         it can)."""
         if op.name not in ELEMENTWISE | SHAPE_OPS | {"sdy.sharding_constraint"}:
             return f"{op.name} is not an op that keeps the rows of the gathered dim apart"
-        if len({_groups_key(g.seed) for g in inputs if g}) != 1:
+        if len({groups_key(g.seed) for g in inputs if g}) != 1:
             return f"{op.name} reads values gathered over different groups"
         seed = next(g for g in inputs if g).seed
         if self._ring(seed) is None:
             return "the all_gather's groups do not form a ring"
-        if _row_rule(op, [g.dim if g else None for g in inputs]) is None:
+        if row_rule(op, [g.dim if g else None for g in inputs]) is None:
             return f"{op.name} mixes the rows of the gathered dim"
         # an operand read whole (a reduce's init) or sliced must be the same everywhere
         for i, (v, g) in enumerate(zip(op.operands, inputs)):
@@ -299,7 +278,7 @@ class _Block:
         for component, (op, why) in self.stops.items():
             root = self._find(component)
             if (root in kept_roots or root in self.reported
-                    or not _reaches_dot(op, self.scan.callers)):
+                    or not reaches_dot(op, self.scan.callers)):
                 continue
             self.reported.add(root)
             seed = next(g.seed for g in self.gathered.values()
@@ -336,8 +315,8 @@ class _Block:
         if not feeds_dot:
             callers = self.scan.callers
             carried = [m.op for m in component.moves for v in m.op.results
-                       if _carried_by_loop(v, callers)]
-            if carried and _reaches_dot(carried[0], callers) and \
+                       if carried_by_loop(v, callers)]
+            if carried and reaches_dot(carried[0], callers) and \
                     self._after_a_ring(component.seeds[0]):
                 self._carry_candidate(component)
                 self.carry_remarks.append((component.seeds[0].location, False, dict(
@@ -400,7 +379,7 @@ class _Block:
             readers = [(as_op(u.owner), u.operand_number) for u in argument.uses
                        if as_op(u.owner) not in self.moved]
             whole = argument.type   # read before the loop carries the shard
-            carry_shard(c, ring, _rows_of, self.scan)
+            carry_shard(c, ring, rows_of, self.scan)
             gather_at_top(self.block, argument, readers, c.seed, c.dim, whole, self.scan)
         first = self.block.operations[0]
         with first.location, ir.InsertionPoint(first):
@@ -416,7 +395,7 @@ class _Block:
                     if g is not None:   # a seed's operand, or a moved op's clone
                         operands.append(g.shard)
                     elif dim is not None:
-                        operands.append(_rows_of(value, dim, ring.size, position))
+                        operands.append(rows_of(value, dim, ring.size, position))
                     else:
                         operands.append(value)
                 clone = op.clone(ip=ir.InsertionPoint(op))
@@ -453,113 +432,6 @@ class _Block:
             gather = b.all_gather_like(seed, g.shard, g.dim, value.type, self.scan)
         value.replace_all_uses_with(gather)
 
-    # Facts about values.
-
-    def _ring(self, seed: ir.Operation) -> Ring | None:
-        key = hash(seed)
-        if key not in self.rings:
-            try:
-                ring = Ring.from_collective(seed, self.scan)
-            except Unsupported:
-                ring = None
-            self.rings[key] = ring
-        return self.rings[key]
-
-    def _same_everywhere(self, value: ir.Value, seed: ir.Operation, depth: int = 0) -> bool:
-        """`value` is the same on every device of each of `seed`'s groups."""
-        key = (value, _groups_key(seed))
-        if key in self.same:
-            return self.same[key]
-        if depth > MAX_PROOF_DEPTH:
-            return False
-        g = self.gathered.get(value)
-        owner = value.owner
-        if g is not None:
-            found = _groups_key(g.seed) == _groups_key(seed)
-        elif isinstance(owner, ir.Block):
-            # Assumed while it is proved: a cycle through a loop or a call comes back
-            # here, and the proof is an induction over iterations and calls.
-            before = dict(self.same)
-            self.same[key] = True
-            found = (self._same_carried(value, seed, depth) if _loop_of(owner) else
-                     self._same_argument(value, seed, depth) if _function_of(owner) else
-                     self._unsharded_argument(value, seed))
-            if not found:
-                self.same.clear()
-                self.same.update(before)   # facts proved under the failed assumption go
-        else:
-            op = as_op(owner)
-            name = op.name
-            if name == "func.call":
-                func = callee(op)
-                found = func is not None and self._same_everywhere(
-                    as_op(func.regions[0].blocks[0].operations[-1]).operands[
-                        value.result_number], seed, depth + 1)
-            elif name in ("stablehlo.all_reduce", "stablehlo.all_gather"):
-                found = _groups_key(op) == _groups_key(seed)
-            elif name == "sdy.sharding_constraint":   # a propagation hint: its operand
-                found = self._same_everywhere(op.operands[0], seed, depth + 1)
-            elif replicated_gspmd_input(op):
-                found = True
-            elif (not name.startswith(("stablehlo.", "chlo.")) or name in DEVICE_DEPENDENT
-                  or (len(op.regions) and name != "stablehlo.reduce")):
-                found = False
-            else:
-                found = all(self._same_everywhere(v, seed, depth + 1) for v in op.operands)
-        self.same[key] = found
-        return found
-
-    def _same_carried(self, value: ir.Value, seed: ir.Operation, depth: int) -> bool:
-        """A while loop's carried value: the same everywhere when it enters the loop and
-        when the body yields it."""
-        loop, i = _loop_of(value.owner), value.arg_number
-        yielded = loop.regions[1].blocks[0].operations[-1].operands[i]
-        return (self._same_everywhere(loop.operands[i], seed, depth + 1)
-                and self._same_everywhere(yielded, seed, depth + 1))
-
-    def _same_argument(self, value: ir.Value, seed: ir.Operation, depth: int) -> bool:
-        """A private function's argument: every call passes a value that is the same
-        everywhere."""
-        calls = private_calls(_function_of(value.owner), self.scan.callers)
-        return bool(calls) and all(
-            self._same_everywhere(call.operands[value.arg_number], seed, depth + 1)
-            for call in calls)
-
-    def _unsharded_argument(self, value: ir.Value, seed: ir.Operation) -> bool:
-        """A shard_map input that devices of one group hold the same of: its
-        in_sharding does not split it over the mesh axes the group spans."""
-        computation = value.owner.owner
-        if computation is None or as_op(computation).name != "sdy.manual_computation":
-            return False
-        computation = as_op(computation)
-        shardings = sdy.TensorShardingPerValueAttr(
-            computation.attributes["in_shardings"]).shardings
-        sharding = sdy.TensorShardingAttr(shardings[value.arg_number])
-        axes = []
-        for dim in sharding.dimension_shardings:
-            for axis in sdy.DimensionShardingAttr(dim).axes:
-                axis = sdy.AxisRefAttr(axis)
-                if axis.sub_axis_info is not None:
-                    return False
-                axes.append(axis.name)
-        if not axes:
-            return True
-        ref = sharding.mesh_or_ref
-        if not isinstance(ref, ir.FlatSymbolRefAttr):
-            return False
-        try:
-            mesh = find_mesh(module_of(computation), ref.value)
-        except Unsupported:
-            return False
-        ring = self._ring(seed)
-        if mesh.has_device_ids or ring is None or ring.kind != "partition":
-            return False
-        sizes = [size for _, size in mesh.axes]
-        coords = np.array(np.unravel_index(np.arange(mesh.size), sizes)).T
-        columns = [mesh.names.index(a) for a in axes]
-        return all(len({tuple(coords[d][columns]) for d in group}) == 1
-                   for group in ring.groups)
-
     def _new_component(self) -> int:
         self.parent.append(len(self.parent))
         return len(self.parent) - 1
@@ -572,152 +444,3 @@ class _Block:
 
     def _union(self, a: int, b_: int) -> None:
         self.parent[self._find(b_)] = self._find(a)
-
-
-MAX_DOT_SEARCH = 64   # ops looked at for a dot after an op that stopped a move
-
-
-def _reaches_dot(op: ir.Operation, callers) -> bool:
-    """A dot reads `op`'s results, through other ops, a loop's carry, an if/case or a
-    private function that returns them (at most MAX_DOT_SEARCH ops)."""
-    pending, seen = list(op.results), set()
-    while pending and len(seen) < MAX_DOT_SEARCH:
-        value = pending.pop()
-        for use in value.uses:
-            user = as_op(use.owner)
-            if user.name in DOTS:
-                return True
-            if hash(user) in seen:
-                continue
-            seen.add(hash(user))
-            pending.extend(_passed_on(use, callers))
-    return False
-
-
-def _passed_on(use, callers) -> list[ir.Value]:
-    """The values that carry what `use` reads on: a loop's carried block argument, an
-    if/case's or a private function's callers' results, a callee's argument, or the
-    reader's results."""
-    user = as_op(use.owner)
-    if _yields_to_loop(use):
-        return [user.block.arguments[use.operand_number]]
-    if user.name == "stablehlo.return" and user.parent is not None:
-        return [as_op(user.parent).results[use.operand_number]]
-    if user.name == "func.return":
-        calls = private_calls(as_op(user.parent), callers) or []
-        return [call.results[use.operand_number] for call in calls]
-    if user.name == "func.call":
-        func = callee(user)
-        return [] if func is None else [func.regions[0].blocks[0].arguments[use.operand_number]]
-    return list(user.results)
-
-
-def _carried_by_loop(value: ir.Value, callers, limit: int = 8) -> bool:
-    """`value` is what a while body yields, directly or returned by the functions that
-    body calls."""
-    pending = [value]
-    while pending and limit > 0:
-        limit -= 1
-        for use in pending.pop().uses:
-            if _yields_to_loop(use):
-                return True
-            if as_op(use.owner).name == "func.return":
-                pending.extend(_passed_on(use, callers))
-    return False
-
-
-def _yields_to_loop(use) -> bool:
-    """`use` is a while body's return of the value the loop carries next."""
-    user = as_op(use.owner)
-    parent = user.parent
-    return (user.name == "stablehlo.return" and parent is not None
-            and parent.name == "stablehlo.while"
-            and user.block == as_op(parent).regions[1].blocks[0])
-
-
-def _groups_key(collective: ir.Operation) -> tuple:
-    """Equal for collectives over the same groups of the same kind of ids."""
-    attrs = collective.attributes
-    return (hash(attrs["replica_groups"]), "use_global_device_ids" in attrs,
-            "channel_handle" in attrs)
-
-
-def _row_rule(op: ir.Operation, dims: list[int | None]
-              ) -> tuple[list[int], list[int | None]] | None:
-    """(each result's gathered dim, each operand's slice dim) when `op` keeps the rows of
-    the gathered dim apart, else None. `dims`: each operand's gathered dim or None."""
-    name = op.name
-    known = {d for d in dims if d is not None}
-    if len(known) != 1:
-        return None
-    dim = known.pop()
-    shapes = [v.type for v in op.operands] + [r.type for r in op.results]
-    if not all(isinstance(t, ir.RankedTensorType) and t.has_static_shape for t in shapes):
-        return None
-    if name in ELEMENTWISE or name == "sdy.sharding_constraint":
-        shape = op.results[0].type.shape
-        if any(list(v.type.shape) != list(shape) for v in op.operands):
-            return None
-        if name == "sdy.sharding_constraint" and _shards_dim(op, dim):
-            return None
-        return [dim] * len(op.results), [None if d is not None else dim for d in dims]
-    if name == "stablehlo.broadcast_in_dim":
-        mapped = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
-        return [mapped[dim]], [None]
-    if name == "stablehlo.transpose":
-        permutation = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
-        return [permutation.index(dim)], [None]
-    if name == "stablehlo.reshape":
-        before, after = op.operands[0].type.shape, op.results[0].type.shape
-        prefix = int(np.prod(before[:dim], dtype=object))
-        for out in range(len(after)):
-            if int(np.prod(after[:out], dtype=object)) == prefix and after[out] == before[dim]:
-                return [out], [None]
-        return None
-    if name == "stablehlo.reduce":
-        half = len(op.operands) // 2
-        if any(d != dim for d in dims[:half]) or any(d is not None for d in dims[half:]):
-            return None
-        reduced = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
-        if dim in reduced:
-            return None
-        out = dim - sum(1 for r in reduced if r < dim)
-        return [out] * len(op.results), [None] * len(op.operands)
-    return None
-
-
-def _function_of(block: ir.Block) -> ir.Operation | None:
-    """The func.func whose body is `block`, if it is one."""
-    parent = block.owner
-    if parent is None or as_op(parent).name != "func.func":
-        return None
-    return as_op(parent)
-
-
-def _loop_of(block: ir.Block) -> ir.Operation | None:
-    """The stablehlo.while whose region holds `block`, if it is one."""
-    parent = block.owner
-    if parent is None or as_op(parent).name != "stablehlo.while":
-        return None
-    return as_op(parent)
-
-
-def _shards_dim(op: ir.Operation, dim: int) -> bool:
-    sharding = sdy.TensorShardingAttr(op.attributes["sharding"])
-    dims = list(sharding.dimension_shardings)
-    return dim < len(dims) and len(sdy.DimensionShardingAttr(dims[dim]).axes) > 0
-
-
-def _rows_of(value: ir.Value, dim: int, parts: int, position: ir.Value) -> ir.Value:
-    """This device's rows of `value` (the same on every device of the group) along
-    `dim`: a smaller broadcast of the source's rows when `value` is a broadcast (the
-    whole one is never built), else a dynamic_slice."""
-    vtype = value.type
-    rows = vtype.shape[dim] // parts
-    source, dims = ops.broadcast_source(value)
-    offset = None
-    if dims is None or ops.varies_along(source, dims, dim):
-        offset = b.block_offset(position, 0, parts, rows)
-    if dims is not None:
-        return b.broadcast_rows(source, dims, b.with_dim(vtype, dim, rows), dim, offset)
-    return b.slice_dim(value, dim, offset, rows)
