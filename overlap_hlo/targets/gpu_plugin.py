@@ -12,7 +12,6 @@ time.
 """
 from __future__ import annotations
 
-import importlib.util
 import mmap
 import os
 import subprocess
@@ -44,14 +43,7 @@ def private_dir() -> str:
 def site_library() -> str | None:
     """The plugin library of a jax[cuda12] install in site-packages, if any (found
     without importing the plugin module, which would initialize CUDA)."""
-    try:
-        spec = importlib.util.find_spec(SITE_MODULE)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.origin:
-        return None
-    path = os.path.join(os.path.dirname(spec.origin), os.path.basename(LIBRARY))
-    return path if os.path.isfile(path) else None
+    return private_install.site_library(SITE_MODULE, LIBRARY)
 
 
 def library() -> str:

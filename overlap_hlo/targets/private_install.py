@@ -20,6 +20,21 @@ class Missing(LookupError):
     """A library is not installed, privately or where JAX finds it."""
 
 
+def site_library(module: str, library: str) -> str | None:
+    """File `library` (its base name) beside package `module` in site-packages, found
+    without importing the module (its import may start a backend), if it is there."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    path = os.path.join(os.path.dirname(spec.origin), os.path.basename(library))
+    return path if os.path.isfile(path) else None
+
+
 def root() -> str:
     """Where the private copies of this environment live (they go with it)."""
     return os.path.join(sys.prefix, "share", "overlap-hlo")

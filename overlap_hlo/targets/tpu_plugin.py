@@ -57,14 +57,7 @@ def site_library() -> str | None:
     path = os.environ.get(ENV)
     if path and os.path.isfile(path):
         return path
-    try:
-        spec = importlib.util.find_spec(PACKAGE)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.origin:
-        return None
-    path = os.path.join(os.path.dirname(spec.origin), os.path.basename(LIBRARY))
-    return path if os.path.isfile(path) else None
+    return private_install.site_library(PACKAGE, LIBRARY)
 
 
 def library() -> str:
