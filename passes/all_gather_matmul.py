@@ -630,6 +630,7 @@ def plan_of(n: int, options: RewritePass, sums: bool = False,
     unroll = options.unroll if options.unroll_given or not sums or tpu else 1
     return RingPlan(GATHER, n, bidirectional, unroll, in_loop_sum=sums,
                     single_trip_loop=options.single_trip_loop, tied_sums=tpu,
+                    views_in_loop=options.views_in_loop,
                     own_last=tpu and options.own_shard_last)
 
 

@@ -352,7 +352,8 @@ def plan_of(n: int, options: RewritePass, block: int = 2,
     if bidirectional is None:
         bidirectional = bool(options.bidirectional)
     return RingPlan(SCATTER, n, bidirectional, 1, chains=2 if block >= 2 else 1,
-                    single_trip_loop=options.single_trip_loop)
+                    single_trip_loop=options.single_trip_loop,
+                    views_in_loop=options.views_in_loop)
 
 
 def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int,

@@ -348,10 +348,11 @@ def inline_calls(collectives: list[ir.Operation], inlined: dict[str, ir.Operatio
 def inline_loop_bodies(collectives: list[ir.Operation], inlined: dict[str, ir.Operation]
                        ) -> int:
     """Inline the call that is a while loop's body (jax 0.10.2 calls a scan's body as
-    a private function) where that function, called once, holds an all_reduce: the
-    residual it updates is then a value of the loop's own body. Returns how many."""
+    a private function) where that function, called once, holds a collective: the
+    residual it updates is then a value of the loop's own body, and a layer's weights
+    are slices of the stacked ones there, as jax 0.12 emits them. Returns how many."""
     callers = Callers()
-    roots = [c for c in collectives if c.name == "stablehlo.all_reduce"]
+    roots = list(collectives)
     if not roots:
         return 0
     module_op = roots[0]

@@ -82,6 +82,7 @@ class RingPlan:
     single_trip_loop: bool = False  # build a loop that runs once (the TPU forms)
     tied_sums: bool = False       # rings that sum: the TPU form (module docstring)
     own_last: bool = False        # its two-stream layout: the own shard last (docstring)
+    views_in_loop: bool = False   # rebuild invariant views of larger buffers in the loop
 
     streams: int = field(init=False)
     own_in_last_round: bool = field(init=False)   # own_last applies (docstring)

@@ -15,6 +15,7 @@ from jaxlib.mlir.dialects import sdy, stablehlo
 
 from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.groups.manual import manual_axes_attr
+from overlap_hlo.ir import loop_views
 from overlap_hlo.ir.ops import varies_along
 
 if TYPE_CHECKING:
@@ -360,15 +361,19 @@ LoopBody = Callable[[ir.Value, list[ir.Value], list[ir.Value]], list[ir.Value]]
 
 def counted_loop(start: int, stop: int, carried: Sequence[ir.Value],
                  invariants: Sequence[ir.Value], body: LoopBody,
-                 step: int = 1) -> list[ir.Value]:
+                 step: int = 1, views_in_loop: bool = False) -> list[ir.Value]:
     """`for k in range(start, stop, step)` as a `stablehlo.while`.
 
     `body(k, carried, invariants)` returns the next carried values. Every value the
-    body reads is passed explicitly (no implicit captures). Returns the final
-    carried values.
+    body reads is passed explicitly (no implicit captures). With `views_in_loop`, an
+    invariant that is a view of a larger buffer (loop_views) is passed as that buffer
+    and rebuilt in the body. Returns the final carried values.
     """
     carried, invariants = list(carried), list(invariants)
-    operands = [scalar_i32(start), *carried, *invariants]
+    views = [loop_views.sunk_view(v) if views_in_loop else None for v in invariants]
+    passed = list(dict.fromkeys(value for v, view in zip(invariants, views)
+                                for value in (view.leaves if view else (v,))))
+    operands = [scalar_i32(start), *carried, *passed]
     types = [v.type for v in operands]
     loop = stablehlo.WhileOp(types, operands)
     cond = loop.cond.blocks.append(*types)
@@ -381,9 +386,22 @@ def counted_loop(start: int, stop: int, carried: Sequence[ir.Value],
     with ir.InsertionPoint(block):
         args = list(block.arguments)
         k, n = args[0], len(carried)
-        step_out = body(k, args[1:1 + n], args[1 + n:])
+        inside = dict(zip(passed, args[1 + n:]))
+        # The views' scalar operands (a layer's index) pass a barrier with k: else the
+        # compiler hoists the invariant slice out of the loop and copies it again.
+        scalars = [v for v in passed if _scalar(v) and any(
+            view and v in view.leaves for view in views)]
+        if scalars:
+            inside.update(zip(scalars, barrier([k, *(inside[v] for v in scalars)])[1:]))
+        step_out = body(k, args[1:1 + n], [
+            view.rebuild([inside[leaf] for leaf in view.leaves]) if view else inside[v]
+            for v, view in zip(invariants, views)])
         stablehlo.return_([add(k, scalar_i32(step)), *step_out, *args[1 + n:]])
     return list(loop.results[1:1 + len(carried)])
+
+
+def _scalar(value: ir.Value) -> bool:
+    return ir.RankedTensorType(value.type).rank == 0
 
 
 RoundBody = Callable[[ir.Value | int, list, list[ir.Value]], list]
@@ -409,7 +427,7 @@ def planned_rounds(plan: RingPlan, carried: Sequence, invariants: Sequence[ir.Va
             return values
 
         carried = counted_loop(plan.loop_start, plan.loop_end, carried, invariants,
-                               unrolled, step=plan.unroll)
+                               unrolled, step=plan.unroll, views_in_loop=plan.views_in_loop)
     for k in plan.rounds_after_loop:
         carried = body(k, carried, list(invariants))
     return carried

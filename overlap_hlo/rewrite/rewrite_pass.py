@@ -194,6 +194,13 @@ class RewritePass:
         only the TPU forms keep it, as their compiler schedules that form better."""
         return self.platform == "tpu"
 
+    @property
+    def views_in_loop(self) -> bool:
+        """Whether a ring's loop slices its invariant operands itself (RingPlan.
+        views_in_loop): the TPU compiler then fuses the slice into each dot instead of
+        copying a scanned layer's weight out of the stack before the loop."""
+        return self.platform == "tpu"
+
     @classmethod
     def options(cls) -> dict[str, dataclasses.Field]:
         return {f.name.replace("_", "-"): f for f in dataclasses.fields(cls) if f.init}

@@ -221,7 +221,8 @@ class Report:
         (exposed communication, compute, time), so that rows and this add up to the
         module."""
         def rest(total: float, parts) -> float:
-            return total - sum(parts)
+            left = total - sum(parts)
+            return 0.0 if abs(left) < 0.05 else left   # rounding: no "-0.0"
 
         rows = self.sites
         return {

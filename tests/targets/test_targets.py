@@ -166,3 +166,45 @@ PROGRAMS_TEXT = """module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_re
 def test_unknown_target_is_refused():
     with pytest.raises(overlap_hlo.PipelineError, match="target must be one of"):
         overlap_hlo.remarks(PROGRAMS_TEXT, target="npu")
+
+
+def scanned_layers(x, w1s, w2s):
+    """Two tensor-parallel layers under lax.scan: each layer's weights are slices of the
+    stacked ones (JAX's dynamic_index_in_dim in the scan body)."""
+    def layer(h, ws):
+        w1, w2 = ws
+        t = jnp.tanh(AG(h, "x", axis=0, tiled=True) @ w1 / 4)
+        return h + RS((t / 4) @ w2, "x", scatter_dimension=0, tiled=True), None
+
+    return jnp.sum(jax.lax.scan(layer, x, (w1s, w2s))[0] ** 2)
+
+
+def loops_reading(module: ir.Module, shape: str = "") -> int:
+    """stablehlo.while ops in `module` with a `shape` tensor among their operands."""
+    return sum(1 for line in str(module).splitlines()
+               if "stablehlo.while" in line and f"tensor<{shape}" in line.split(" : ")[-1])
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+def test_rings_slice_a_scanned_layers_weights_in_their_loop(target):
+    """The TPU forms pass a scanned layer's stacked weights and its index into each ring
+    loop and slice them there (given the slice, libtpu copies the whole weight out of
+    the stack before the loop: tests/targets/test_tpu.py checks the schedule); the
+    other forms pass the slice."""
+    inputs = [((64, 16), P("x")), ((3, 16, 16), P()), ((3, 16, 16), P())]
+    prog = Program(jax.grad(scanned_layers, argnums=(0, 1, 2)), (8,), ("x",), inputs,
+                   (P("x"), P(), P()))
+    with partitioner(True):
+        lowered = prog.jitted().lower(*prog.args())
+        module = overlap_hlo.parse(lowered.as_text())
+        scans = loops_reading(module)   # the forward and backward scans
+        assert scans == loops_reading(module, "3x16x16xf32") == 2
+        sites = overlap_hlo.rewrite_module(module, threshold_mib=0, target=target,
+                                           bidirectional=True, tpu_summing_rings=True)
+        assert sum(s.applied for s in sites) == 4, [s.format() for s in sites]
+        rings = loops_reading(module) - scans    # one ring of the four runs inline
+        assert rings == 3
+        assert loops_reading(module, "3x16x16xf32") - scans == (rings if target == "tpu"
+                                                                else 0)
+        poison_buffers(module)
+        assert_runs_as_the_original(prog, lowered, module)

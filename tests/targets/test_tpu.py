@@ -24,6 +24,7 @@ from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import overlap_hlo  # noqa: E402
+from overlap_hlo.rewrite.rewrite_pass import RewritePass  # noqa: E402
 from overlap_hlo.targets import report, schedule, tpu, tpu_plugin  # noqa: E402
 from overlap_hlo.tools import report as report_cli  # noqa: E402
 
@@ -580,3 +581,51 @@ def test_a_biased_scatter_broadcasts_its_bias_per_block():
     assert rep.rewritten.permutes and all(p.overlapped for p in rep.rewritten.permutes)
     assert "initialisation" not in rep.rewritten.compute_by_category()
     assert rep.rewritten.compute_us < 1.15 * rep.original.compute_us
+
+
+def scanned_mlp(x, w_gate, w_up, w_down):
+    """Two layers of `mlp` under lax.scan (weights stacked on dim 0)."""
+    def layer(h, ws):
+        return h + mlp(h, *ws), None
+
+    return jax.lax.scan(layer, x, (w_gate, w_up, w_down))[0]
+
+
+def weights_copied_out_of_the_stack(analysis, weight_elements: set[int]) -> list[str]:
+    """Instructions, not matmuls, that slice a whole layer's weight out of a stack."""
+    proto = analysis.proto
+
+    def slices(instr) -> bool:
+        inner = [i for c in proto.called(instr) for i in c.instructions]
+        return any(i.opcode == "dynamic-slice" for i in (inner or [instr]))
+
+    return [name for name in analysis.compute_by_name
+            if not schedule.contains_matmul(proto, instr := proto.by_name[name])
+            and np.prod(instr.shape.dims or (0,)) in weight_elements and slices(instr)]
+
+
+def test_scanned_layers_weights_are_not_copied_out_of_the_stack(monkeypatch):
+    """A ring in a scanned layer slices the layer's weights inside its loop (RingPlan.
+    views_in_loop): libtpu fuses the slice into each dot, as it does in the original,
+    instead of copying each weight out of the stack before the loop. Checked to fail
+    with the slice passed into the loop (views_in_loop off)."""
+    topology = "v5e:2x4"
+    mesh = mesh_of(topology)
+    specs = (P(None, "x"), P(None, None, "x"), P(None, None, "x"), P(None, "x", None))
+    shapes = [(B, S, D), (2, D, F), (2, D, F), (2, F, D)]
+    args = [jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=NamedSharding(mesh, spec))
+            for shape, spec in zip(shapes, specs)]
+    lowered = jax.jit(jax.shard_map(scanned_mlp, mesh=mesh, in_specs=specs,
+                                    out_specs=P(None, "x"))).lower(*args)
+    per_device = {D * F // 8}
+
+    def copies(views_in_loop: bool):
+        monkeypatch.setattr(RewritePass, "views_in_loop", property(lambda _: views_in_loop))
+        rep = report.build(lowered, topology, threshold_mib=0)
+        assert rep.options["target"] == "tpu" and all(s.applied for s in rep.sites)
+        return (weights_copied_out_of_the_stack(rep.original, per_device),
+                weights_copied_out_of_the_stack(rep.rewritten, per_device), rep)
+
+    original, rewritten, rep = copies(True)
+    assert original == [] and rewritten == [], rewritten
+    assert copies(False)[1], "the check must see the copies of a slice passed in"

@@ -266,7 +266,7 @@ def test_tpu_summing_gather_rounds_own_first(n, unroll):
 def test_emitted_summing_loops_are_the_plan():
     """A contracting gathered dim: the loops are the in_loop_sum plan's, in the forms
     every backend runs and in both layouts of the TPU form."""
-    tpu = dict(single_trip_loop=True, tied_sums=True)
+    tpu = dict(single_trip_loop=True, tied_sums=True, views_in_loop=True)
     forms = [({}, {}), (dict(target="tpu", tpu_summing_rings=True), tpu),
              (dict(target="tpu", tpu_summing_rings=True, own_shard_last=True),
               dict(tpu, own_last=True))]
