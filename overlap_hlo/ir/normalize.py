@@ -79,6 +79,9 @@ def normalize(module_op: ir.Operation) -> None:
     for dot in _unique(op for c in collectives for op in _neighbours(c)
                        if op.name == "stablehlo.dot"):
         _as_dot_general(dot)
+    for dot in _unique(op for c in collectives for op in _neighbours(c)
+                       if op.name == "stablehlo.dot_general"):
+        _fold_transpose(dot)
     for collective in collectives:
         if collective.name == "stablehlo.all_reduce":
             collective = _hoist_out_of_all_reduce(collective)
@@ -440,6 +443,38 @@ def _as_dot_general(dot: ir.Operation) -> None:
         general = ir.Operation.create("stablehlo.dot_general", results=[dot.results[0].type],
                                       operands=[lhs, rhs], attributes=attrs)
     dot.results[0].replace_all_uses_with(general.results[0])
+    dot.erase()
+
+
+def _fold_transpose(dot: ir.Operation) -> None:
+    """`transpose(dot_general(a, b), [1, 0])`, the dot's only use, as `dot_general(b, a)`
+    (two matrices, no batch dims): JAX's weight gradients come transposed, and a ring
+    would otherwise sum the product and the compiler transpose the sum afterwards."""
+    users = list(dot.results[0].uses)
+    if len(users) != 1 or "algorithm" in dot.attributes:
+        return
+    transpose = users[0].owner
+    lhs, rhs = dot.operands
+    if (transpose.name != "stablehlo.transpose"
+            or list(ir.DenseI64ArrayAttr(transpose.attributes["permutation"])) != [1, 0]
+            or lhs.type.rank != 2 or rhs.type.rank != 2):
+        return
+    numbers = stablehlo.DotDimensionNumbers(dot.attributes["dot_dimension_numbers"])
+    if numbers.lhs_batching_dimensions or len(numbers.lhs_contracting_dimensions) != 1:
+        return
+    attrs = {"dot_dimension_numbers": stablehlo.DotDimensionNumbers.get(
+        lhs_batching_dimensions=[], rhs_batching_dimensions=[],
+        lhs_contracting_dimensions=list(numbers.rhs_contracting_dimensions),
+        rhs_contracting_dimensions=list(numbers.lhs_contracting_dimensions))}
+    if "precision_config" in dot.attributes:
+        attrs["precision_config"] = ir.ArrayAttr.get(
+            list(ir.ArrayAttr(dot.attributes["precision_config"]))[::-1])
+    with ir.InsertionPoint(dot), dot.location:
+        swapped = ir.Operation.create(
+            "stablehlo.dot_general", results=[transpose.results[0].type],
+            operands=[rhs, lhs], attributes=attrs)
+    transpose.results[0].replace_all_uses_with(swapped.results[0])
+    transpose.erase()
     dot.erase()
 
 

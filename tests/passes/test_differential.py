@@ -90,6 +90,11 @@ VIEW_CASES = {
     # dot output reshaped to (batch, seq, hidden) before scattering the hidden dim
     "scatter-reshape": (lambda x, w: rs("x", 2)((x @ w).reshape(2, 8, 64)),
                         [((16, 32), P(None, "x")), ((32, 64), P("x"))], P(None, None, "x")),
+    # a product used transposed (JAX's weight gradients): the ring sums dot(b, a)
+    "gather-product-transposed": (lambda h, dy: (h.T @ ag("x", 0)(dy)).T,
+                                  [((64, 32), P()), ((64, 16), P("x"))], P()),
+    "scatter-product-transposed": (lambda x, w: rs("x", 0)((x @ w).T),
+                                   [((64, 32), P(None, "x")), ((32, 24), P("x"))], P("x")),
     # batched dot whose output JAX transposes (einsum "ibj,bjk->ibk")
     "scatter-transpose": (lambda x, w: rs("x", 1)(jnp.einsum("ibj,bjk->ibk", x, w)),
                           [((16, 8, 32), P(None, None, "x")), ((8, 32, 24), P(None, "x"))],
