@@ -283,7 +283,7 @@ def _increment(module: ModuleProto, body, index: int) -> int | None:
     root = body.root
     if root.opcode != "tuple" or index >= len(root.operand_ids):
         return None
-    update = module.operands(root)[index]
+    update = _through(module, module.operands(root)[index])   # a copy when a barrier reads k
     if update.opcode not in ("add", "subtract"):
         return None
     x, y = (_through(module, o) for o in module.operands(update))
