@@ -37,48 +37,49 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 
 // -----
 
-// f32 partial sums transposed and rounded to bf16 before the scatter: the scatter dim
-// (dim 0 after the transpose) is dim 1 of the dot, the rhs's free dim, so the rhs is
+// f32 partial sums transposed and rounded to bf16 before the scatter (batched, so the
+// transpose is not folded into the product): the scatter dim (dim 1 after the
+// transpose) is dim 2 of the dot, the rhs's free dim, so the rhs is
 // sliced (one column per chain); each part is transposed and converted (round 0, each
 // loop round and the own block's round), the converted part is added to the bf16
 // accumulator received, and the bf16 accumulators travel.
 // CHECK-LABEL: func.func @scatter_transpose_convert
-// CHECK-SAME: (%[[ST_A:.*]]: tensor<8x16xf32>, %[[ST_B:.*]]: tensor<16x8xf32>)
-// CHECK: %[[ST_S0:.*]] = stablehlo.dynamic_slice %[[ST_B]], %{{.*}}, %{{.*}}, sizes = [16, 1]
-// CHECK: %[[ST_D0:.*]] = stablehlo.dot_general %[[ST_A]], %[[ST_S0]], {{.*}} -> tensor<8x1xf32>
-// CHECK: %[[ST_T0:.*]] = stablehlo.transpose %[[ST_D0]], dims = [1, 0] : (tensor<8x1xf32>) -> tensor<1x8xf32>
-// CHECK: %[[ST_C0:.*]] = stablehlo.convert %[[ST_T0]] : (tensor<1x8xf32>) -> tensor<1x8xbf16>
+// CHECK-SAME: (%[[ST_A:.*]]: tensor<2x8x16xf32>, %[[ST_B:.*]]: tensor<2x16x8xf32>)
+// CHECK: %[[ST_S0:.*]] = stablehlo.dynamic_slice %[[ST_B]], %{{.*}}, %{{.*}}, %{{.*}}, sizes = [2, 16, 1]
+// CHECK: %[[ST_D0:.*]] = stablehlo.dot_general %[[ST_A]], %[[ST_S0]], {{.*}} -> tensor<2x8x1xf32>
+// CHECK: %[[ST_T0:.*]] = stablehlo.transpose %[[ST_D0]], dims = [0, 2, 1] : (tensor<2x8x1xf32>) -> tensor<2x1x8xf32>
+// CHECK: %[[ST_C0:.*]] = stablehlo.convert %[[ST_T0]] : (tensor<2x1x8xf32>) -> tensor<2x1x8xbf16>
 // CHECK-NEXT: %[[ST_R1:.*]] = "stablehlo.collective_permute"(%[[ST_C0]])
-// CHECK: %[[ST_K0:.*]] = stablehlo.convert %{{.*}} : (tensor<1x8xf32>) -> tensor<1x8xbf16>
+// CHECK: %[[ST_K0:.*]] = stablehlo.convert %{{.*}} : (tensor<2x1x8xf32>) -> tensor<2x1x8xbf16>
 // CHECK: %[[ST_LOOP:.*]]:6 = stablehlo.while(%{{[^ ]+}} = %{{[^ ]+}}, %[[ST_KEPT:[^ ]+]] = %[[ST_K0]], %[[ST_RECV:[^ ]+]] = %[[ST_R1]]
 // CHECK: } do {
 // CHECK-NEXT: %[[ST_ARRIVED:.*]] = "stablehlo.collective_permute"(%[[ST_KEPT]])
-// CHECK: %[[ST_D:.*]] = stablehlo.dot_general {{.*}} -> tensor<8x1xf32>
-// CHECK-NEXT: %[[ST_T:.*]] = stablehlo.transpose %[[ST_D]], dims = [1, 0] : (tensor<8x1xf32>) -> tensor<1x8xf32>
-// CHECK-NEXT: %[[ST_C:.*]] = stablehlo.convert %[[ST_T]] : (tensor<1x8xf32>) -> tensor<1x8xbf16>
-// CHECK-NEXT: %[[ST_SUM:.*]] = stablehlo.add %[[ST_C]], %[[ST_RECV]] : tensor<1x8xbf16>
+// CHECK: %[[ST_D:.*]] = stablehlo.dot_general {{.*}} -> tensor<2x8x1xf32>
+// CHECK-NEXT: %[[ST_T:.*]] = stablehlo.transpose %[[ST_D]], dims = [0, 2, 1] : (tensor<2x8x1xf32>) -> tensor<2x1x8xf32>
+// CHECK-NEXT: %[[ST_C:.*]] = stablehlo.convert %[[ST_T]] : (tensor<2x1x8xf32>) -> tensor<2x1x8xbf16>
+// CHECK-NEXT: %[[ST_SUM:.*]] = stablehlo.add %[[ST_C]], %[[ST_RECV]] : tensor<2x1x8xbf16>
 // CHECK-NEXT: %[[ST_M:.*]] = "stablehlo.collective_permute"(%[[ST_SUM]])
-// CHECK: %[[ST_KEEP:.*]] = stablehlo.add %{{[^ ]+}}, %[[ST_ARRIVED]] : tensor<1x8xbf16>
+// CHECK: %[[ST_KEEP:.*]] = stablehlo.add %{{[^ ]+}}, %[[ST_ARRIVED]] : tensor<2x1x8xbf16>
 // CHECK: stablehlo.return %{{[^ ]+}}, %[[ST_KEEP]], %[[ST_M]],
 // CHECK: %[[ST_LAST:.*]] = "stablehlo.collective_permute"(%[[ST_LOOP]]#1)
-// CHECK: stablehlo.add %{{[^ ]+}}, %[[ST_LOOP]]#2 : tensor<1x8xbf16>
-// CHECK: stablehlo.add %{{[^ ]+}}, %[[ST_LAST]] : tensor<1x8xbf16>
+// CHECK: stablehlo.add %{{[^ ]+}}, %[[ST_LOOP]]#2 : tensor<2x1x8xbf16>
+// CHECK: stablehlo.add %{{[^ ]+}}, %[[ST_LAST]] : tensor<2x1x8xbf16>
 // CHECK: stablehlo.dynamic_update_slice
-// CHECK-NEXT: %[[ST_OUT:.*]] = stablehlo.dynamic_update_slice {{.*}} -> tensor<2x8xbf16>
+// CHECK-NEXT: %[[ST_OUT:.*]] = stablehlo.dynamic_update_slice {{.*}} -> tensor<2x2x8xbf16>
 // CHECK-NEXT: return %[[ST_OUT]]
 // CHECK-NOT: stablehlo.reduce_scatter
 module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
-  func.func @scatter_transpose_convert(%arg0: tensor<8x16xf32>, %arg1: tensor<16x8xf32>) -> tensor<2x8xbf16> {
-    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
-    %1 = stablehlo.transpose %0, dims = [1, 0] : (tensor<8x8xf32>) -> tensor<8x8xf32>
-    %2 = stablehlo.convert %1 : (tensor<8x8xf32>) -> tensor<8x8xbf16>
-    // REMARK: views.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<8x8xf32> scattered on dim 1 (free dim of operand 1) through stablehlo.transpose through stablehlo.convert over groups of 4;
-    %3 = "stablehlo.reduce_scatter"(%2) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+  func.func @scatter_transpose_convert(%arg0: tensor<2x8x16xf32>, %arg1: tensor<2x16x8xf32>) -> tensor<2x2x8xbf16> {
+    %0 = stablehlo.dot_general %arg0, %arg1, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x8x16xf32>, tensor<2x16x8xf32>) -> tensor<2x8x8xf32>
+    %1 = stablehlo.transpose %0, dims = [0, 2, 1] : (tensor<2x8x8xf32>) -> tensor<2x8x8xf32>
+    %2 = stablehlo.convert %1 : (tensor<2x8x8xf32>) -> tensor<2x8x8xbf16>
+    // REMARK: views.mlir:[[# @LINE + 1]]:10: remark: overlap-matmul-reduce-scatter: rewritten: tensor<2x8x8xf32> scattered on dim 2 (free dim of operand 1) through stablehlo.transpose through stablehlo.convert over groups of 4;
+    %3 = "stablehlo.reduce_scatter"(%2) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, scatter_dimension = 1 : i64, use_global_device_ids}> ({
     ^bb0(%a: tensor<bf16>, %b: tensor<bf16>):
       %4 = stablehlo.add %a, %b : tensor<bf16>
       stablehlo.return %4 : tensor<bf16>
-    }) : (tensor<8x8xbf16>) -> tensor<2x8xbf16>
-    return %3 : tensor<2x8xbf16>
+    }) : (tensor<2x8x8xbf16>) -> tensor<2x2x8xbf16>
+    return %3 : tensor<2x2x8xbf16>
   }
 }
 
