@@ -1,0 +1,170 @@
+"""The option sets the report compiles when the slice's profile decides, and the choice
+among their compiled schedules: the fastest, each pass its fastest form, or the
+original (`choose`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from jaxlib.mlir import ir
+
+from overlap_hlo import api
+from overlap_hlo.rewrite.pipeline import parse_pipeline, registered_passes
+from overlap_hlo.targets.report_rows import SLOWER_TOLERANCE, _row
+from overlap_hlo.targets.schedule import Analysis
+
+
+# When the slice's profile decides (no threshold-mib, no form given), the report compiles
+# these option sets and keeps the module whose schedule is predicted fastest, or the
+# original when none is faster: the cost model prices sites one at a time, the compiled
+# schedule sees what they do to each other (a weight no longer prefetched into fast
+# memory beside a ring). The first is the cost model's own choice: its sites' records
+# say what was decided when the original is kept. The last two build the summing rings
+# the TPU forms otherwise leave unchanged (FSDP), in their two layouts (the own shard
+# first or last: neither is faster everywhere); TPU only, and a module without one is
+# the second, compiled once.
+CANDIDATES = {"per site": {},
+              "every site, two streams": {"threshold_mib": 0, "bidirectional": True},
+              "every site, one stream": {"threshold_mib": 0, "bidirectional": False},
+              "every site, two streams, summing rings": {
+                  "threshold_mib": 0, "bidirectional": True, "tpu_summing_rings": True},
+              "every site, two streams, summing rings, own shard last": {
+                  "threshold_mib": 0, "bidirectional": True, "tpu_summing_rings": True,
+                  "own_shard_last": True}}
+ORIGINAL = "the original"
+# A sixth candidate, built when the five disagree on which is fastest for different
+# passes: each ring pass with the options of the candidate whose sites of that pass
+# took least time in the compiled schedules, or left unchanged where the original's
+# sites took less (a gather ring in two streams beside the original scatter, say).
+PER_PASS = "each pass its fastest form"
+UNCHANGED_MIB = 1e30   # the threshold that leaves a pass's sites unchanged there
+KEPT = "slower in the compiled schedule"    # the kind of a site the check left unchanged
+
+
+def profile_decides(options: dict) -> bool:
+    """Whether the cost model decides each site and its form (tpu_options given)."""
+    return options.get("threshold_mib") is None and options.get("bidirectional") is None
+
+
+@dataclass
+class _Candidate:
+    module: ir.Module
+    sites: list
+    analysis: Analysis
+
+
+@dataclass(frozen=True)
+class _PerPass:
+    """The pipeline of the PER_PASS candidate, and the passes it leaves unchanged, each
+    with its sites' time in the original and in the fastest of the forms."""
+
+    pipeline: str
+    unchanged: dict[str, tuple[float, float]]   # pass -> (original us, fastest form us)
+
+
+def _fastest(tried: dict[str, _Candidate], times: dict[str, float]) -> str:
+    """The candidate predicted fastest; of those within SLOWER_TOLERANCE of it, the one
+    with the fewest temporaries (one stream where two streams gain nothing)."""
+    best = min(times.values())
+    close = [label for label in tried if times[label] <= best * (1 + SLOWER_TOLERANCE)]
+    return min(close, key=lambda label: (tried[label].analysis.temp_bytes, times[label]))
+
+
+def fastest_per_pass(pipeline: str, tried: dict[str, _Candidate], original: Analysis,
+                     input_name: str | None, *, forms: dict[str, dict] = CANDIDATES,
+                     row_of: Callable = _row) -> _PerPass | None:
+    """`pipeline` with each ring pass given the options of the candidate whose sites of
+    that pass took least time in their compiled schedules (a tie: the first listed),
+    or left unchanged where the original's sites of that pass took less than every
+    form's; None when one candidate (or the original) is fastest for every pass, or
+    when the pipeline nests anchors or gives a ring pass options of its own."""
+    # pass -> candidate (the original last) -> location -> that site's time
+    sites: dict[str, dict[str, dict[str, float]]] = {}
+    first: dict[int, str] = {}                  # one label per distinct module
+    for label, candidate in tried.items():
+        if first.setdefault(id(candidate.analysis), label) != label:
+            continue
+        by_location: dict[str, list] = {}
+        for site in candidate.sites:
+            by_location.setdefault(site.location, []).append(site)
+        for location, group in by_location.items():
+            row = row_of(location, group, original, candidate.analysis, input_name)
+            per = sites.setdefault(row.pattern, {})
+            per.setdefault(label, {})[location] = row.after_us
+            per.setdefault(ORIGINAL, {})[location] = row.before_us
+    times: dict[str, dict[str, float]] = {}
+    for name, per in sites.items():
+        per[ORIGINAL] = per.pop(ORIGINAL)       # last: chosen only when faster
+        if len({frozenset(at) for at in per.values()}) != 1 or len(per) != len(first) + 1:
+            return None     # the candidates' pipelines met different sites of this pass
+        times[name] = {label: sum(at.values()) for label, at in per.items()}
+    best = {name: min(per, key=per.get) for name, per in times.items()}
+    if len(set(best.values())) < 2:
+        return None
+    elements, passes = parse_pipeline(pipeline), registered_passes()
+    if any(e.nested is not None or (e.name in best and e.options) for e in elements):
+        return None
+    parts, unchanged = [], {}
+    for element in elements:
+        choice = best.get(element.name)
+        known = passes[element.name].options() if element.name in passes else {}
+        if choice == ORIGINAL:
+            per = times[element.name]
+            unchanged[element.name] = (per[ORIGINAL], min(v for k, v in per.items()
+                                                         if k != ORIGINAL))
+            extra = {"threshold-mib": str(UNCHANGED_MIB)}
+        else:
+            extra = api.pass_defaults(forms.get(choice, {}))
+        text = " ".join(f"{k}={v}" for k, v in extra.items() if k in known)
+        parts.append(f"{element.name}{{{text}}}" if text else element.text)
+    return _PerPass(f"builtin.module({','.join(parts)})", unchanged)
+
+
+def _left_by_pass(site, per_pass: _PerPass):
+    """A site of a pass the PER_PASS candidate leaves unchanged, saying why."""
+    if site.pattern not in per_pass.unchanged:
+        return site
+    before, after = per_pass.unchanged[site.pattern]
+    return replace(site, applied=False, kind=KEPT, rule="",
+                   reason=f"{KEPT}: every form of this pass's sites is slower than the "
+                          f"original ({after:.1f} us against {before:.1f} us)")
+
+
+def _kept(site, best_us: float, original_us: float):
+    """A rewritten site of a module the check did not keep, as left unchanged."""
+    if not site.applied:
+        return site
+    return replace(site, applied=False, kind=KEPT, rule="",
+                   reason=f"{KEPT}: no candidate is faster than the original "
+                          f"({best_us:.1f} us against {original_us:.1f} us)")
+
+
+def choose(options: dict, rewritten: Callable[..., _Candidate], pipeline: str,
+           original_module: ir.Module, original: Analysis, input_name: str | None,
+           platform: str, *, forms: dict[str, dict] = CANDIDATES,
+           row_of: Callable = _row) -> tuple[str, dict[str, float], _Candidate]:
+    """(label kept, each candidate's predicted us, the candidate kept) of `forms` (the
+    TPU-only ones on TPU) and PER_PASS, each built by `rewritten(options[, pipeline])`:
+    the fastest, or ORIGINAL with its sites left unchanged when none is faster."""
+    tried = {label: rewritten(dict(options, **extra))
+             for label, extra in forms.items()
+             if platform == "TPU" or "tpu_summing_rings" not in extra}
+    per_pass = fastest_per_pass(pipeline, tried, original, input_name, forms=forms,
+                                row_of=row_of)
+    mixed = None if per_pass is None else rewritten(options, per_pass.pipeline)
+    # A pass left unchanged whose sites another pass built (a dot between a
+    # gather and a scatter is the gather pass's): not what was measured.
+    if mixed is not None and not any(site.applied and site.pattern in
+                                     per_pass.unchanged for site in mixed.sites):
+        tried[PER_PASS] = replace(mixed, sites=[_left_by_pass(site, per_pass)
+                                                for site in mixed.sites])
+    candidates = {label: c.analysis.total_us for label, c in tried.items()}
+    chosen = _fastest(tried, candidates)
+    result = tried[chosen]
+    if result.analysis.total_us >= original.total_us * (1 - SLOWER_TOLERANCE):
+        chosen = ORIGINAL
+        result = _Candidate(original_module,
+                            [_kept(site, min(candidates.values()), original.total_us)
+                             for site in next(iter(tried.values())).sites],
+                            original)
+    return chosen, candidates, result

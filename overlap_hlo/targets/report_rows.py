@@ -1,0 +1,189 @@
+"""A site's row of the report: its time in the original and the rewritten compiled
+module, found by the source location its remark names (or the positions of its dots),
+and what no site's row holds (`outside_sites`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from overlap_hlo.ir.locations import Where
+from overlap_hlo.targets import schedule
+from overlap_hlo.targets.schedule import Analysis
+
+
+@dataclass
+class SiteRow:
+    location: str
+    pattern: str
+    applied: bool
+    sites: int                      # remarks at this location (e.g. a layer called twice)
+    permutes: int                   # collective-permute instructions in the schedule
+    overlapped: int                 # of them, with a matmul between start and done
+    permute_executions: int         # times the loops run them
+    exposed_us: float               # communication waited for, after
+    original_exposed_us: float      # the same in the original (its collective)
+    before_us: float
+    after_us: float
+    compute_bound_us: float         # the smaller compute of the two: neither runs faster
+    left_because: str = ""          # why a site was left unchanged (the remarks' kind)
+    original_compute_us: float = 0.0
+    rewritten_compute_us: float = 0.0
+    # category (dots, accumulation, copies, initialisation, other) -> [before, after] us
+    compute_breakdown: dict[str, list[float]] = field(default_factory=dict)
+    collectives_left: list[str] = field(default_factory=list)
+    original_collectives: list[str] = field(default_factory=list)
+    trip_counts: list[int | None] = field(default_factory=list)
+    loop_copies: int = 0
+    loop_copy_bytes: int = 0
+    model_before_us: float | None = None   # the analytic cost model (overlap_hlo.plan.cost)
+    model_after_us: float | None = None
+    permute_details: list[dict] = field(default_factory=list)
+    synchronous: int = 0            # permutes scheduled as one synchronous instruction
+
+    @property
+    def speedup(self) -> float:
+        return self.before_us / self.after_us if self.after_us else 1.0
+
+    @property
+    def got_slower(self) -> bool:
+        """Its time grew by more than rounding, rewritten or not (a site left unchanged
+        moves only with the compiler's choices around the rewritten ones)."""
+        return self.after_us > self.before_us * (1 + SLOWER_TOLERANCE)
+
+    @property
+    def moved_here(self) -> bool:
+        """A rewritten site with nothing at its location in the original: its collective
+        was moved here by another pass (overlap-sequence-parallel carries an
+        all_reduce's all_gather to the next dot), so what it saves shows at the site it
+        came from, and its own before/after is no verdict."""
+        return (self.applied and not self.original_collectives
+                and self.before_us == 0.0 and self.original_exposed_us == 0.0)
+
+    @property
+    def slower(self) -> bool:
+        """Rewritten and predicted slower than the original."""
+        return self.applied and self.got_slower and not self.moved_here
+
+    def why_slower(self) -> str:
+        """The compute categories that grew, largest first, and exposed communication."""
+        grew = sorted(((after - before, name) for name, (before, after)
+                       in self.compute_breakdown.items() if after > before), reverse=True)
+        parts = [f"{name} +{extra:.1f} us" for extra, name in grew if extra >= 0.05]
+        waited = self.exposed_us - self.original_exposed_us
+        if waited > 0:
+            parts.append(f"exposed communication +{waited:.1f} us")
+        return ", ".join(parts)
+
+
+SLOWER_TOLERANCE = 0.005   # a site within 0.5% of the original is not called slower
+
+
+def _at(hlo_location: str, where: Where, input_name: str | None) -> bool:
+    """Whether an HLO location ("file:line:col"; HLO metadata spells the parsed input
+    "-" or "") is the source position `where` of a site or a dot."""
+    return where.line is not None and Where.parse(hlo_location, input_name) == where
+
+
+def _where(instr) -> str:
+    return instr.location.format() if instr.location else ""
+
+
+@dataclass(frozen=True)
+class _SiteTime:
+    time_us: float
+    compute_us: float
+    exposed_us: float
+    collectives: tuple
+    compute_by_category: dict
+
+
+def _site_time(analysis: Analysis, location: str, at_a_dot: Callable[[str], bool],
+               also: tuple = ()) -> _SiteTime:
+    """The site's time in one compiled module: its collectives' and permutes' waits,
+    the compute at its location, the matmuls beside its collectives and the
+    instructions named in `also` (copies the compiler put in its loops, which carry no
+    location). A collective without a location belongs to the site when a matmul
+    beside it sits at one of the site's dots (`at_a_dot` of its HLO location)."""
+    collectives = [c for c in analysis.collectives if c.location == location or (
+        not c.location and any(at_a_dot(_where(m)) for m in analysis.matmuls_beside(c)))]
+    exposed = (sum(c.exposed_us for c in collectives)
+               + sum(p.exposed_us for p in analysis.permutes_at(location)))
+    names = set(analysis.names_by_location.get(location, ())) | set(also)
+    names |= {dot.name for collective in collectives
+              for dot in analysis.matmuls_beside(collective)}
+    compute = sum(analysis.compute_by_name.get(name, 0.0) for name in names)
+    return _SiteTime(compute + exposed, compute, exposed, tuple(collectives),
+                     analysis.compute_by_category(names))
+
+
+def _row(location, sites, original, rewritten, input_name) -> SiteRow:
+    """One site's row; `sites` are its records (one per pass run that met it), which
+    name its dots and carry the analytic model's estimates."""
+    where = sites[0].where
+    dots = {dot for site in sites for dot in site.dots}
+    spellings = {loc for analysis in (rewritten, original)
+                 for loc in (*analysis.names_by_location,
+                             *(p.location for p in analysis.permutes),
+                             *(c.location for c in analysis.collectives))}
+    hlo_location = next((loc for loc in sorted(spellings) if _at(loc, where, input_name)),
+                        location)
+
+    def at_a_dot(hlo: str) -> bool:
+        return any(_at(hlo, dot, input_name) for dot in dots)
+
+    permutes = rewritten.permutes_at(hlo_location)
+    loops = [loop for loop in rewritten.loops if loop.location == hlo_location]
+    copies = [c for c in rewritten.loop_copies
+              if any(loop.body == c.body for loop in loops)]
+    before = _site_time(original, hlo_location, at_a_dot)
+    after = _site_time(rewritten, hlo_location, at_a_dot,
+                       also=tuple(c.name for c in copies if c.location != hlo_location))
+    breakdown = {name: [before.compute_by_category.get(name, 0.0),
+                        after.compute_by_category.get(name, 0.0)]
+                 for name in schedule.CATEGORIES
+                 if name in before.compute_by_category or name in after.compute_by_category}
+    estimates = [site.estimate for site in sites if site.estimate is not None]
+    return SiteRow(
+        location=location, pattern=sites[0].pattern, applied=all(s.applied for s in sites),
+        left_because=", ".join(dict.fromkeys(s.kind or s.reason for s in sites
+                                             if not s.applied)),
+        sites=len(sites), permutes=len(permutes),
+        overlapped=sum(p.overlapped for p in permutes),
+        synchronous=sum(p.synchronous for p in permutes),
+        permute_executions=sum(p.executions for p in permutes),
+        exposed_us=after.exposed_us, original_exposed_us=before.exposed_us,
+        before_us=before.time_us, after_us=after.time_us,
+        compute_bound_us=min(before.compute_us, after.compute_us),
+        original_compute_us=before.compute_us, rewritten_compute_us=after.compute_us,
+        compute_breakdown=breakdown,
+        collectives_left=[c.opcode for c in after.collectives],
+        original_collectives=[c.opcode for c in before.collectives],
+        trip_counts=[loop.trip_count for loop in loops],
+        loop_copies=len(copies), loop_copy_bytes=sum(c.bytes for c in copies),
+        model_before_us=sum(e.before_us for e in estimates) if estimates else None,
+        model_after_us=sum(e.after_us for e in estimates) if estimates else None,
+        permute_details=[{"name": p.name, "computation": p.computation, "bytes": p.bytes,
+                          "transfer_us": p.transfer_us, "window": list(p.window),
+                          "window_cycles": p.window_cycles, "overlapped": p.overlapped,
+                          "lane": p.lane, "executions": p.executions,
+                          "exposed_us": p.exposed_us}
+                         for p in permutes])
+
+
+def outside_sites(rows: list[SiteRow], original: Analysis,
+                  rewritten: Analysis) -> dict[str, list[float]]:
+    """What no site's row holds, before and after: the totals less the rows' sums
+    (exposed communication, compute, time), so that rows and this add up to the
+    module."""
+    def rest(total: float, parts) -> float:
+        left = total - sum(parts)
+        return 0.0 if abs(left) < 0.05 else left   # rounding: no "-0.0"
+
+    return {
+        "exposed_us": [rest(original.exposed_us, (r.original_exposed_us for r in rows)),
+                       rest(rewritten.exposed_us, (r.exposed_us for r in rows))],
+        "compute_us": [rest(original.compute_us, (r.original_compute_us for r in rows)),
+                       rest(rewritten.compute_us, (r.rewritten_compute_us for r in rows))],
+        "us": [rest(original.total_us, (r.before_us for r in rows)),
+               rest(rewritten.total_us, (r.after_us for r in rows))],
+    }
