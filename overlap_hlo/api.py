@@ -16,6 +16,7 @@ import overlap_hlo.passes  # noqa: F401  (registers the passes with the pipeline
 from overlap_hlo.ir import compat
 from overlap_hlo.ir.large_stack import on_large_stack
 from overlap_hlo.ir.ops import contains
+from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.plan.xla_flags import ring_options
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE, build_pass_manager, registered_passes
 from overlap_hlo.rewrite.site import Site, SiteLog
@@ -27,7 +28,7 @@ UTF8_BOM = b"\xef\xbb\xbf"
 # (about 3500 nested modules with an 8 MiB stack, 300 with 1 MiB).
 MAX_NESTING = 256
 # Reasons a user chose (a size threshold, the cost model): not worth a warning.
-EXPECTED_KINDS = frozenset({"below threshold-mib", "not profitable", "zero-size tensor"})
+EXPECTED_KINDS = frozenset({Kind.BELOW_THRESHOLD, Kind.NOT_PROFITABLE, Kind.ZERO_SIZE})
 # Every rewriting entry point logs its rewrite_summary() here, at INFO.
 logger = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def rewrite_summary(sites: list[Site]) -> str:
         return "no candidate sites"
     noun = "site" if len(sites) == 1 else "sites"
     line = f"{sum(site.applied for site in sites)} of {len(sites)} {noun} rewritten"
-    counts = Counter(site.kind for site in sites if not site.applied)
+    counts = Counter(site.counted_as for site in sites if not site.applied)
     if counts:
         ranked = sorted(counts.items(), key=lambda item: -item[1])   # ties: first seen
         reasons = (ranked[0][0] if len(ranked) == 1 else
@@ -128,11 +129,11 @@ def unchanged_summary(sites: list[Site], see: str) -> str | None:
 
     When nothing was rewritten, sites below the size threshold count too: every
     collective beside a dot is still there, and the run says so."""
-    quiet = EXPECTED_KINDS if any(site.applied for site in sites) else {"not profitable"}
+    quiet = EXPECTED_KINDS if any(site.applied for site in sites) else {Kind.NOT_PROFITABLE}
     left = [site for site in sites if not site.applied and site.kind not in quiet]
     if not left:
         return None
-    counts = Counter(site.kind for site in left)     # in order of first appearance
+    counts = Counter(site.counted_as for site in left)   # in order of first appearance
     reasons = ", ".join(f"{count} {kind}" for kind, count
                         in sorted(counts.items(), key=lambda item: -item[1]))
     noun = "site" if len(sites) == 1 else "sites"

@@ -45,7 +45,7 @@ from jaxlib.mlir.dialects import stablehlo
 from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
 from overlap_hlo.ir.lookthrough import (ViewedUse, dot_across_regions, erase_unused, producer,
                                         users_through_views)
-from overlap_hlo.ir.unsupported import Unsupported
+from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.passes.gather_consumers import (Assembly, Consumer, Fused, accumulator_type,
                                                  fuse_epilogue, narrow_range)
 from overlap_hlo.passes.gather_ring import emit_loop, plan_of
@@ -130,13 +130,13 @@ class OverlapAllGatherMatmul(RewritePass):
                     reason=str(reason), kind=reason.kind, detail=reason.detail,
                     estimate=reason.estimate, dots=reason.dots)))
                 notes.append(f"its dot feeds the reduce_scatter at {where}, which keeps its "
-                             f"collective ({reason.kind})")
+                             f"collective ({reason.kind or reason})")
             elif outcome.skipped:   # the scatter dim is the gathered dim
                 reason = ("the scatter dim is the gathered dim: its ring would read blocks "
                           f"of the gathered dim; its dot is decomposed by the all_gather "
                           f"ring at {scan.where(gather.location)} instead")
                 pending.append(Record(outcome.location, name, False, dict(
-                    reason=reason, kind="scatter dim is the gathered dim")))
+                    reason=reason, kind=Kind.SCATTER_DIM_GATHERED)))
                 notes.append(f"its dot feeds the reduce_scatter at {where}, which keeps its "
                              "collective (the scatter dim is the gathered dim)")
         return built, notes, pending
@@ -153,7 +153,7 @@ class OverlapAllGatherMatmul(RewritePass):
             if built and not dots:
                 raise Unsupported("its dots were decomposed into reduce_scatter rings that "
                                   "read blocks of the gathered dim: " + "; ".join(notes),
-                                  kind="dot decomposed by a reduce_scatter ring")
+                                  kind=Kind.IN_SCATTER_RING)
         if not dots:
             _refuse_without_dots(gather, dim, uses)
         ring, inner, shard = ring_of(gather, dim, scan)
@@ -203,7 +203,7 @@ class OverlapAllGatherMatmul(RewritePass):
                 "whole sum in HBM every round on TPU; hint: overlap-report --tpu=SLICE "
                 "keeps it where the compiled schedule is faster, tpu-summing-rings=true "
                 "builds it, or prefetch the weight one layer ahead",
-                kind="summing ring on TPU")
+                kind=Kind.TPU_SUMMING_RING)
         return None
 
     def emit(self, match, plan, ring, rewriter, scan) -> None:
@@ -247,7 +247,7 @@ def _refuse_variadic(gather: ir.Operation, dim: int) -> NoReturn:
            for result in gather.results
            for use in users_through_views(result, dim)[0]):
         raise Unsupported(f"variadic all_gather ({len(gather.operands)} operands)",
-                          kind="variadic all_gather")
+                          kind=Kind.VARIADIC_GATHER)
     raise NoMatch
 
 
@@ -260,7 +260,7 @@ def _refuse_without_dots(gather: ir.Operation, dim: int, uses: list[ViewedUse]) 
     if crossing is not None:
         raise Unsupported(f"its dot reads it {crossing}: a ring cannot be placed "
                           "there (gather inside the region to have it decomposed)",
-                          kind="dot across a region boundary")
+                          kind=Kind.ACROSS_REGION)
     for use in uses:
         outer = use.user
         if outer.name == "stablehlo.all_gather" and _gather_dim(outer) != dim and any(
@@ -270,7 +270,7 @@ def _refuse_without_dots(gather: ir.Operation, dim: int, uses: list[ViewedUse]) 
                 f"another all_gather gathers it again along dim {_gather_dim(outer)} "
                 f"before its dot: gathers of gathers along different dims are not "
                 "combined into one ring (the outer gather is decomposed alone)",
-                kind="gather of a gather along another dim")
+                kind=Kind.GATHER_OF_GATHER)
     raise NoMatch
 
 

@@ -45,7 +45,7 @@ from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
 from overlap_hlo.ir.lookthrough import TRANSPARENT, producer, replay
 from overlap_hlo.ir.ops import as_op, defining_op
-from overlap_hlo.ir.unsupported import Unsupported
+from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.ring_plan import GATHER, RingPlan
 from overlap_hlo.rewrite import builders as b
@@ -103,11 +103,11 @@ class OverlapAllToAllMatmul(RewritePass):
             site = self._producer(exchange, viewed[0], split, concat, viewed[1], viewed[2])
         elif summed_dots(viewed[0])[0]:
             raise Unsupported("its operand is a sum of dots' results (not followed yet)",
-                              kind="sum of dots")
+                              kind=Kind.SUM_OF_DOTS)
         elif any(r.name in VIEWS and any(as_op(u.owner).name == "stablehlo.dot_general"
                                          for u in r.results[0].uses) for r in readers):
             raise Unsupported("it reaches its dot through a view (not followed yet)",
-                              kind="view before the dot")
+                              kind=Kind.VIEW_BEFORE_DOT)
         else:
             raise NoMatch
         ring = Ring.from_collective(exchange, scan)
@@ -130,7 +130,7 @@ class OverlapAllToAllMatmul(RewritePass):
             refusal = Unsupported(
                 "its chunks' products are summed, and on TPU each step reads and writes the "
                 "whole sum in HBM; hint: tpu-summing-rings=true builds it",
-                kind="summing ring on TPU")
+                kind=Kind.TPU_SUMMING_RING)
         return Match(detail, y, ring, shape, lambda bidirectional: _plan(ring.size),
                      build=site, dots=[dot.location], refusal=refusal)
 
@@ -166,7 +166,7 @@ class OverlapAllToAllMatmul(RewritePass):
         if kind != "free":
             raise Unsupported(f"its concat dim is a {kind} dim of the dot (a free dim is "
                               "split into chunk dots, a contracting one into partial "
-                              "sums)", kind="concat dim not free")
+                              "sums)", kind=Kind.CONCAT_NOT_FREE)
         _require_blocks(exchange, dot.results[0].type, result_dim, "the dot's result")
         return ExchangeSite(exchange, dot, split, concat, result_dim, ((operand, concat),),
                             before=False)
@@ -303,7 +303,7 @@ def _require_blocks(exchange, tensor: ir.RankedTensorType, dim: int, what: str) 
     if strided and ratio > STRIDED_LIMIT:
         raise Unsupported(
             f"{what} ({tensor}, {ratio:.0f}x the exchanged tensor) would be cut into "
-            f"strided blocks along dim {dim}, one copy per step", kind="strided blocks")
+            f"strided blocks along dim {dim}, one copy per step", kind=Kind.STRIDED_BLOCKS)
 
 
 def _plan(n: int) -> RingPlan:

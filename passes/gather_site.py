@@ -11,7 +11,7 @@ from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.ir.dominance import after, dominates
 from overlap_hlo.ir.lookthrough import ViewedUse
 from overlap_hlo.ir.ops import as_op
-from overlap_hlo.ir.unsupported import Unsupported
+from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.passes.gather_consumers import (Assembly, Consumer, Fused, consumer_of,
                                                  in_program_order, place, share_loops)
 from overlap_hlo.rewrite.rewrite_pass import require_supported_types
@@ -96,7 +96,7 @@ def placed_consumers(dots: list[ViewedUse], values: list[ir.Value], block: int,
                          scan.callers)
         (placed if isinstance(consumer, Consumer) else unplaced).append(consumer)
     if not placed:
-        raise Unsupported(unplaced[0], kind="divergent control flow")
+        raise Unsupported(unplaced[0], kind=Kind.DIVERGENT)
     return placed, unplaced
 
 

@@ -38,7 +38,7 @@ from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
 from overlap_hlo.ir.lookthrough import (DOTS, dots_reading, producer, returned_by_program,
                                         users_through_views)
 from overlap_hlo.ir.ops import defining_op
-from overlap_hlo.ir.unsupported import Unsupported
+from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.cost import SiteShape
 from overlap_hlo.plan.ring_plan import GATHER, RingPlan
@@ -76,7 +76,7 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
         if _rank(reduce) == 0 and reduce.operands and \
                 getattr(defining_op(reduce.operands[0]), "name", "") in DOTS:
             raise Unsupported("its result is a scalar: no dim to scatter over the group",
-                              kind="no divisible dim")
+                              kind=Kind.NO_DIVISIBLE_DIM)
         if not self.summed(reduce):
             if len(reduce.results) != 1 or not is_add_reduction(reduce.regions[0]) \
                     or not dots_reading(reduce.results[0]):
@@ -110,7 +110,7 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
             raise refusal
         raise Unsupported(f"no dim of {result_type} is divisible by the group size "
                           f"{ring.size} and sliceable by the ring",
-                          kind="no divisible dim")
+                          kind=Kind.NO_DIVISIBLE_DIM)
 
     def match_gather_side(self, reduce: ir.Operation, scan) -> Match:
         """An all_reduce whose result only dots read (a vocabulary-parallel embedding's
@@ -139,7 +139,7 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
                 "its operand is not a dot's result, and no dim of its result divisible by "
                 "the group size is read only by dots, each as a free dim (where the "
                 "all_gather half would overlap them)",
-                kind="operand not a dot's result")
+                kind=Kind.NOT_A_DOT_RESULT)
         dim, uses = next(iter(read.items()))
         dots = [use.user for use in uses]
         block = b.with_dim(result_type, dim, result_type.shape[dim] // ring.size)

@@ -31,7 +31,7 @@ from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
 from overlap_hlo.ir.lookthrough import View, producer, view_backward
 from overlap_hlo.ir.ops import as_op
-from overlap_hlo.ir.unsupported import Unsupported
+from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.passes.scatter_ring import emit_loop, plan_of
 from overlap_hlo.passes.scatter_sums import (VIEWS, is_add_reduction, other_readers,
                                              refuse_without_dots, returned, scatter_fed_by,
@@ -190,7 +190,7 @@ def shared_scatters(dot: ir.Operation, scatter: ir.Operation, scan) -> list[Reco
                 reason=(f"its dot also feeds the reduce_scatter at {where}, whose ring "
                         "computes the dot once and assembles its product for this one: a ring "
                         "of its own would compute the dot a second time"),
-                kind="dot shared with another reduce_scatter")))
+                kind=Kind.SHARED_DOT)))
     return records
 
 

@@ -11,7 +11,7 @@ from overlap_hlo.ir.dots import DotDims
 from overlap_hlo.ir.lookthrough import (TRANSPARENT, View, add_leaves, only_transparent,
                                         producer, view_backward)
 from overlap_hlo.ir.ops import as_op, defining_op
-from overlap_hlo.ir.unsupported import Unsupported
+from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.passes.epilogue import Epilogue, find_prologue
 from overlap_hlo.rewrite.rewrite_pass import NoMatch
 
@@ -66,16 +66,16 @@ def refuse_without_dots(top: ir.Operation | None, scatter: ir.Operation) -> NoRe
                  if top.name == "stablehlo.while" else
                  f"the branches of a {top.name} (that differ)")
         raise Unsupported(f"its dot is inside {where}: a ring cannot be placed there",
-                          kind="dot across a region boundary")
+                          kind=Kind.ACROSS_REGION)
     if top is not None and top.name == "stablehlo.add" and _viewed_dot_in_sum(top):
         raise Unsupported("a dot of its sum reaches the add through a transpose, "
                           "reshape or convert: not followed inside a sum",
-                          kind="dot behind a view inside a sum")
+                          kind=Kind.VIEW_IN_SUM)
     behind = _dot_behind_reshapes(top)
     if behind:
         raise Unsupported(f"its dot reaches it through a {behind} that splits or "
                           "merges the scattered dim: not followed",
-                          kind="reshape of the scattered dim")
+                          kind=Kind.RESHAPED_SCATTER_DIM)
     raise NoMatch
 
 
@@ -96,7 +96,7 @@ def other_readers(scatter: ir.Operation, top: ir.Operation, between: list[View],
         if before:
             raise Unsupported(f"the sum of its dot and added terms is also read by "
                               f"{as_op(before[0].owner).name} before it: the ring "
-                              "does not compute that sum there", kind="sum read elsewhere")
+                              "does not compute that sum there", kind=Kind.SUM_READ_ELSEWHERE)
         sum_read = bool(readers)
     if readers and not sum_read and (
             len(dots) > 1 or addends

@@ -35,6 +35,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.ir.ops import as_op, contains
+from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.rewrite import builders as b
 from overlap_hlo.rewrite.rewrite_pass import restore, verification_error
 from overlap_hlo.rewrite.scan import ModuleScan
@@ -129,7 +130,7 @@ def _carrying_shards(block: _Block, components: list) -> tuple[_Block, list]:
 def _internal(error) -> dict:
     if isinstance(error, Exception):
         error = f"{type(error).__name__}: {error}"
-    return dict(kind="internal error", reason=(
+    return dict(kind=Kind.INTERNAL_ERROR, reason=(
         f"internal error: moving ops onto the shard failed ({error}); the module is left "
         "as it was (please report it)"))
 

@@ -12,6 +12,7 @@ from overlap_hlo.ir.dots import tensor_bytes
 from overlap_hlo.ir.locations import Where
 from overlap_hlo.ir.lookthrough import DOTS, users_through_views
 from overlap_hlo.ir.ops import as_op
+from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.rewrite.scan import ModuleScan
 
 from .carried_shard import Carried, can_carry_shard, loop_of_body
@@ -166,7 +167,7 @@ class BlockPlan(ValueFacts):
             if not self._after_a_ring(seed):
                 continue
             self.records.append((seed.location, False, dict(
-                kind="not moved onto the shard", reason=(
+                kind=Kind.NOT_MOVED, reason=(
                     f"the ops after the all_gather stay on the gathered rows: {why}, so "
                     "the all_gather does not reach the next dot"))))
 
@@ -200,7 +201,7 @@ class BlockPlan(ValueFacts):
                     self._after_a_ring(component.seeds[0]):
                 self._carry_candidate(component)
                 self.carry_remarks.append((component.seeds[0].location, False, dict(
-                    kind="not moved onto the shard", reason=(
+                    kind=Kind.NOT_MOVED, reason=(
                         "the ops after the all_gather make a value the loop carries to "
                         "its next iteration (a scanned layer's residual), where a dot "
                         "reads it: moving them would need the loop to carry the shard, "
@@ -210,7 +211,7 @@ class BlockPlan(ValueFacts):
         if added > removed:
             self.reported.add(self._find(component.moves[0].component))
             self.records.append((component.seeds[0].location, False, dict(
-                kind="more bytes to gather", reason=(
+                kind=Kind.MORE_BYTES, reason=(
                     f"moving the {len(component.moves)} ops after the all_gather onto the "
                     f"shard would gather {(added - removed) / 2**20:.3g} MiB more than now "
                     "(values read whole elsewhere: the block's output, a reduction over "

@@ -159,10 +159,11 @@ def _outcome(text: str, sites, got, want, dtype: str, reference) -> tuple[str, s
     """The verdict on one rewritten program: a mismatch, a site the tool failed on
     ("internal error"), a collective next to a dot with no record ("silent"), else
     rewritten or unchanged."""
+    from overlap_hlo.ir.unsupported import Kind
     agrees, error = judge(got, want, dtype, reference)
     if not agrees:
         return "mismatch", error
-    internal = [site for site in sites if site.kind == "internal error"]
+    internal = [site for site in sites if site.kind == Kind.INTERNAL_ERROR]
     if internal:
         return "internal error", internal[0].format()
     silent = silent_sites(text, sites)

@@ -19,7 +19,7 @@ from jaxlib.mlir.dialects import stablehlo
 from overlap_hlo.groups.manual import AutoAxes, auto_axes_at
 from overlap_hlo.groups.meshes import MAX_DEVICES, is_mesh_axes, mesh_axes_groups
 from overlap_hlo.ir.dominance import not_run_by_all
-from overlap_hlo.ir.unsupported import Unsupported
+from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.plan.ring_order import Links, physical_order, ring_load
 
 
@@ -110,7 +110,7 @@ class Ring:
         id)."""
         if links is not None and len(links.coords) != self.num_ids:
             raise Unsupported(f"device-coords places {len(links.coords)} devices but the "
-                              f"group's ids run to {self.num_ids}", kind="device-coords")
+                              f"group's ids run to {self.num_ids}", kind=Kind.DEVICE_COORDS)
         if not self._orderable(links) or self.auto is not None:
             return self
         orders = [physical_order(links, members, streams) for members in self.groups]
@@ -130,7 +130,7 @@ class Ring:
         if pairs > MAX_RING_PAIRS:
             raise Unsupported(f"its {permutes} collective_permutes over {len(self.groups)} "
                               f"group(s) of {self.size} would list {pairs} source-target "
-                              f"pairs (at most {MAX_RING_PAIRS})", kind="ring too large")
+                              f"pairs (at most {MAX_RING_PAIRS})", kind=Kind.RING_TOO_LARGE)
 
     @property
     def uses_channel(self) -> bool:

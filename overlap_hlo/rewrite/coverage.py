@@ -20,6 +20,7 @@ from overlap_hlo.ir.locations import Where
 from overlap_hlo.ir.lookthrough import DOTS
 from overlap_hlo.ir.normalize import normalize
 from overlap_hlo.ir.ops import ELEMENTWISE, as_op
+from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.rewrite.site import Site, SiteLog
 
 PASS_OF = {
@@ -41,7 +42,6 @@ VIEWS = frozenset({
 NEAR = VIEWS | ELEMENTWISE | frozenset({"stablehlo.broadcast_in_dim"})
 MAX_HOPS = 4        # ops between a collective and its dot
 MAX_VISITED = 256   # values looked at from one collective
-NOT_HANDLED = "form not handled"
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def remark(candidate: Candidate, sites) -> Site:
     else:
         reason = (f"no pattern of {candidate.pattern} matches the {kind} and its dot at "
                   f"{candidate.dot}")
-    return Site(candidate.where, candidate.pattern, False, reason=reason, kind=NOT_HANDLED,
+    return Site(candidate.where, candidate.pattern, False, reason=reason, kind=Kind.NOT_HANDLED,
                 dots=(candidate.dot,))
 
 

@@ -25,7 +25,7 @@ from overlap_hlo.ir import compat
 from overlap_hlo.ir.dots import tensor_bytes
 from overlap_hlo.ir.normalize import normalize
 from overlap_hlo.ir.ops import contains
-from overlap_hlo.ir.unsupported import Unsupported
+from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.cost import SiteShape
 from overlap_hlo.plan.ring_order import Links
@@ -349,7 +349,7 @@ class RewritePass:
             location = op.location  # read before the rewrite erases `op`
             number = scan.numbers.get(key, -1)
             if number in broken:
-                log(location, False, kind="internal error", reason=(
+                log(location, False, kind=Kind.INTERNAL_ERROR, reason=(
                     f"internal error: its rewrite failed ({broken[number]}); the site is "
                     "valid input, left as it was (please report it)"))
                 return True
@@ -435,11 +435,11 @@ class RewritePass:
             size = mib(communicated)
             if size < threshold:
                 raise Unsupported(f"communicated tensor is {size:.3g} MiB, below {rule}",
-                                  kind="below threshold-mib", detail=detail, estimate=estimate)
+                                  kind=Kind.BELOW_THRESHOLD, detail=detail, estimate=estimate)
             return Decision(estimate, f"{rule}: {size:.3g} MiB communicated")
         if not estimate.pays():
             raise Unsupported(f"not profitable on {profile.name} (the cost model: less than "
-                              f"{cost.MARGIN:.0%} faster)", kind="not profitable",
+                              f"{cost.MARGIN:.0%} faster)", kind=Kind.NOT_PROFITABLE,
                               detail=detail, estimate=estimate)
         chosen = ""
         if len({e.plan.streams for e in estimates}) > 1:
@@ -467,9 +467,6 @@ def eval_type_name(name: str) -> type:
             "bool": bool, "bool | None": bool, "str": str}[name]
 
 
-ZERO_SIZE = "zero-size tensor"
-
-
 def refuse_zero_size(op: ir.Operation) -> None:
     """Unsupported when an operand or result of `op` holds no element: there is
     nothing to communicate or multiply, so a ring would only add steps."""
@@ -477,7 +474,7 @@ def refuse_zero_size(op: ir.Operation) -> None:
         t = value.type
         if isinstance(t, ir.RankedTensorType) and t.has_static_shape and 0 in t.shape:
             raise Unsupported(f"{op.name} of a zero-size tensor {t}: nothing to "
-                              "communicate", kind=ZERO_SIZE)
+                              "communicate", kind=Kind.ZERO_SIZE)
 
 
 def require_supported_types(*types: ir.Type) -> None:

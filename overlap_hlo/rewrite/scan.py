@@ -7,7 +7,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.ir.dominance import Callers
 from overlap_hlo.ir.locations import describe
-from overlap_hlo.ir.unsupported import Unsupported
+from overlap_hlo.ir.unsupported import Kind, Unsupported
 
 INT64_MAX = 2**63 - 1
 
@@ -67,7 +67,7 @@ class ModuleScan:
         if count > INT64_MAX - self.last_channel:
             raise Unsupported(f"no free channel handles: the module already uses handle "
                               f"{self.last_channel} and the ring needs {count} more",
-                              kind="channel handles exhausted")
+                              kind=Kind.CHANNELS_EXHAUSTED)
 
     def new_channel(self) -> int:
         if self.last_channel >= INT64_MAX:

@@ -8,7 +8,7 @@ from typing import Callable
 from jaxlib.mlir import ir
 
 from overlap_hlo.ir.locations import Where
-from overlap_hlo.ir.unsupported import Unsupported
+from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.plan.cost import Estimate, SiteShape
 from overlap_hlo.plan.ring_plan import RingPlan
 
@@ -22,12 +22,21 @@ class Site:
     applied: bool
     detail: str = ""                 # the site: dots, dims, shapes, group size
     reason: str = ""                 # why it was left unchanged
-    kind: str = ""                   # the reason, grouped for statistics
+    kind: Kind = Kind.NONE           # the reason's group (NONE: the reason itself)
     estimate: Estimate | None = None
     rule: str = ""                   # what decided a rewrite (threshold, cost model)
     profile_named: bool = True       # the estimate's profile was named (else not shown)
     rings: int = 0                   # loops built with `plan` (a gather's dots may need 2)
     dots: tuple[Where, ...] = ()     # the dots its ring computes (when it was matched)
+
+    def __post_init__(self):
+        if not isinstance(self.kind, Kind):
+            raise TypeError(f"a Site's kind is a Kind, got {self.kind!r}")
+
+    @property
+    def counted_as(self) -> str:
+        """What statistics and summaries count it under: its kind, else its reason."""
+        return self.kind or self.reason
 
     @property
     def location(self) -> str:
@@ -98,7 +107,7 @@ def statistics(sites: list[Site]) -> dict[str, dict[str, int]]:
     for site in sites:
         row = table.setdefault(site.pattern, {"seen": 0, "rewritten": 0})
         row["seen"] += 1
-        key = "rewritten" if site.applied else f"skipped: {site.kind}"
+        key = "rewritten" if site.applied else f"skipped: {site.counted_as}"
         row[key] = row.get(key, 0) + 1
     return table
 

@@ -9,6 +9,7 @@ from typing import Callable
 from jaxlib.mlir import ir
 
 from overlap_hlo import api
+from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.rewrite.pipeline import parse_pipeline, registered_passes
 from overlap_hlo.targets.report_rows import SLOWER_TOLERANCE, _row
 from overlap_hlo.targets.schedule import Analysis
@@ -38,7 +39,6 @@ ORIGINAL = "the original"
 # sites took less (a gather ring in two streams beside the original scatter, say).
 PER_PASS = "each pass its fastest form"
 UNCHANGED_MIB = 1e30   # the threshold that leaves a pass's sites unchanged there
-KEPT = "slower in the compiled schedule"    # the kind of a site the check left unchanged
 
 
 def profile_decides(options: dict) -> bool:
@@ -125,8 +125,8 @@ def _left_by_pass(site, per_pass: _PerPass):
     if site.pattern not in per_pass.unchanged:
         return site
     before, after = per_pass.unchanged[site.pattern]
-    return replace(site, applied=False, kind=KEPT, rule="",
-                   reason=f"{KEPT}: every form of this pass's sites is slower than the "
+    return replace(site, applied=False, kind=Kind.KEPT, rule="",
+                   reason=f"{Kind.KEPT}: every form of this pass's sites is slower than the "
                           f"original ({after:.1f} us against {before:.1f} us)")
 
 
@@ -134,8 +134,8 @@ def _kept(site, best_us: float, original_us: float):
     """A rewritten site of a module the check did not keep, as left unchanged."""
     if not site.applied:
         return site
-    return replace(site, applied=False, kind=KEPT, rule="",
-                   reason=f"{KEPT}: no candidate is faster than the original "
+    return replace(site, applied=False, kind=Kind.KEPT, rule="",
+                   reason=f"{Kind.KEPT}: no candidate is faster than the original "
                           f"({best_us:.1f} us against {original_us:.1f} us)")
 
 

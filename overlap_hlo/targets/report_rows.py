@@ -145,7 +145,7 @@ def _row(location, sites, original, rewritten, input_name) -> SiteRow:
     estimates = [site.estimate for site in sites if site.estimate is not None]
     return SiteRow(
         location=location, pattern=sites[0].pattern, applied=all(s.applied for s in sites),
-        left_because=", ".join(dict.fromkeys(s.kind or s.reason for s in sites
+        left_because=", ".join(dict.fromkeys(s.counted_as for s in sites
                                              if not s.applied)),
         sites=len(sites), permutes=len(permutes),
         overlapped=sum(p.overlapped for p in permutes),

@@ -23,6 +23,7 @@ from jax.sharding import PartitionSpec as P
 import overlap_hlo
 from harness import DATA, Program, assert_close, auto_axis_types, permutes
 from overlap_hlo.ir.locations import Where
+from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.rewrite.site import Site
 from overlap_hlo.tools.overlap_opt import main
 
@@ -106,8 +107,12 @@ def test_input_name_names_text_input_in_site_locations():
 
 # Never silent.
 
-def site(kind: str, applied: bool = False) -> Site:
-    return Site(Where("f.mlir", 1, 1), "overlap-all-gather-matmul", applied, reason=kind, kind=kind)
+def site(reason: str, applied: bool = False) -> Site:
+    """A record left unchanged for `reason`: of that Kind when one is spelled so, else
+    Kind.NONE (the reason itself is counted)."""
+    kind = next((k for k in Kind if k == reason), Kind.NONE)
+    return Site(Where("f.mlir", 1, 1), "overlap-all-gather-matmul", applied, reason=reason,
+                kind=kind)
 
 
 def test_unchanged_summary_counts_by_reason():
@@ -141,7 +146,7 @@ def test_no_warning_for_profit_or_for_remarks():
     # The premises: every site of SDY is unprofitable on tpu-v5e, and IN_BRANCH's site
     # is left unchanged for a reason that warns in a run.
     kinds = {s.kind for s in overlap_hlo.remarks(SDY.read_text(), hardware="tpu-v5e")}
-    assert kinds == {"not profitable"}
+    assert kinds == {Kind.NOT_PROFITABLE}
     branch = overlap_hlo.remarks(IN_BRANCH, threshold_mib=0)
     assert branch and not any(s.applied for s in branch)
     with pytest.warns(overlap_hlo.SitesLeftUnchanged):

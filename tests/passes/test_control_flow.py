@@ -18,6 +18,7 @@ from jaxlib.mlir import ir
 import overlap_hlo
 from harness import Program, check, op_counts, ops_named, partitioner, run_spmd_module
 from overlap_hlo.ir.dominance import divergent_between, is_uniform, uniform_trip_count
+from overlap_hlo.ir.unsupported import Kind
 
 AG = jax.lax.all_gather
 DIVERGENT = ("stablehlo.if", "stablehlo.case")
@@ -100,7 +101,7 @@ def test_other_operand_computed_in_the_branch_is_left_unchanged():
     with partitioner(True):
         text = prog.jitted().lower(*prog.args()).as_text()
     (site,) = overlap_hlo.remarks(text, threshold_mib=0)
-    assert not site.applied and site.kind == "divergent control flow"
+    assert not site.applied and site.kind == Kind.DIVERGENT
     assert "inside a stablehlo.case branch" in site.reason
 
 
@@ -184,7 +185,7 @@ def test_device_dependent_trip_count_hoists_the_ring(bidirectional):
 
 def test_device_dependent_trip_count_with_a_carried_operand_is_left_unchanged():
     site, module = run_while("%id", "%wk", False)
-    assert site.kind == "divergent control flow"
+    assert site.kind == Kind.DIVERGENT
     assert "loop whose trip count may differ between devices" in site.reason
     assert op_counts(module)["stablehlo.collective_permute"] == 0
 

@@ -9,6 +9,7 @@ from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
 from harness import Program, check, op_counts, partitioner
+from overlap_hlo.ir.unsupported import Kind
 
 EXPORT_FORMS = [pytest.param(True, id="shardy"), pytest.param(False, id="gspmd")]
 LAYERS, SEQ, D, F = 3, 64, 32, 64
@@ -163,7 +164,7 @@ def test_remarks_explain_every_site_of_a_model(hardware):
         assert line.startswith("-:") and "groups of 4" in line and "tensor<" in line
         assert f"on {hardware}" in line and site.estimate is not None
         # As the model decides, or, a TPU ring that sums with the slice unknown, refused.
-        assert site.applied == site.estimate.pays() or site.kind == "summing ring on TPU"
+        assert site.applied == site.estimate.pays() or site.kind == Kind.TPU_SUMMING_RING
 
 
 def _fsdp_70b() -> str:
@@ -198,4 +199,4 @@ def test_tpu_profiles_decide_rings_that_sum(options, built):
     model leaves it unless tpu-summing-rings is given."""
     (site,) = overlap_hlo.remarks(_fsdp_70b(), **options)
     assert site.applied == built, site.format()
-    assert built or site.kind == "summing ring on TPU"
+    assert built or site.kind == Kind.TPU_SUMMING_RING

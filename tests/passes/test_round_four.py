@@ -12,7 +12,8 @@ from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
 from harness import Program, check, partitioner
-from overlap_hlo.rewrite.coverage import NOT_HANDLED, candidates, unreported
+from overlap_hlo.ir.unsupported import Kind
+from overlap_hlo.rewrite.coverage import candidates, unreported
 
 PSUM = jax.lax.psum
 M, K, N = 64, 32, 64
@@ -43,7 +44,7 @@ def assert_every_collective_reported(text: str, sites) -> None:
 def applied_check(fn, inputs, out_specs=P(), rewritten=1, left=AR_LEFT, **kw):
     program = Program(fn, (8,), ("x",), inputs, out_specs, **kw)
     sites = sites_of(program)
-    assert all(s.kind != NOT_HANDLED for s in sites), [s.format() for s in sites]
+    assert all(s.kind != Kind.NOT_HANDLED for s in sites), [s.format() for s in sites]
     return check(program, rewritten=rewritten, left=left), sites
 
 
@@ -202,7 +203,7 @@ def test_nonlinear_forms_are_named(name, op):
                       inputs, P())
     sites = sites_of(program)
     assert len(sites) == 1 and not sites[0].applied
-    assert op in sites[0].reason and sites[0].kind == NOT_HANDLED
+    assert op in sites[0].reason and sites[0].kind == Kind.NOT_HANDLED
 
 
 # 7. Nested jits and legacy dots next to psum and all_to_all.

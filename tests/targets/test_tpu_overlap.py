@@ -18,6 +18,7 @@ from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import overlap_hlo  # noqa: E402
+from overlap_hlo.ir.unsupported import Kind  # noqa: E402
 from overlap_hlo.plan.ring_plan import SCATTER, RingPlan  # noqa: E402
 from overlap_hlo.targets import report, schedule, tpu  # noqa: E402
 
@@ -149,7 +150,7 @@ def test_tpu_forms_leave_a_summing_ring_unchanged(fsdp_lowered):
     (row,) = rep.sites
     assert not row.applied and rep.rewritten.compute_us == rep.original.compute_us
     (site,) = overlap_hlo.remarks(fsdp_lowered.as_text(), threshold_mib=0, target="tpu")
-    assert site.kind == "summing ring on TPU" and "prefetch" in site.reason
+    assert site.kind == Kind.TPU_SUMMING_RING and "prefetch" in site.reason
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import math
 import pytest
 
 import overlap_hlo
+from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.ring_plan import RingPlan
 
@@ -228,7 +229,7 @@ def test_hardware_decides_as_the_arithmetic_says(profile):
     # with the calibrated tpu-* per-round overheads (tpu-v4: 166 us for 32 MiB blocks).
     large = overlap_hlo.remarks(gather_module(4096, 4096, 2 * balanced_columns(hw)),
                                 hardware=profile)
-    assert [s.applied for s in tiny] == [False] and tiny[0].kind == "not profitable"
+    assert [s.applied for s in tiny] == [False] and tiny[0].kind == Kind.NOT_PROFITABLE
     assert tiny[0].estimate.after_us >= tiny[0].estimate.before_us * 0.95
     assert [s.applied for s in large] == [True]
     assert large[0].estimate.pays()
@@ -242,7 +243,7 @@ def test_threshold_overrides_the_cost_model():
 
 def test_default_decides_by_size_and_predicts_on_the_default_profile():
     (site,) = overlap_hlo.remarks(gather_module(2, 16, 8))
-    assert not site.applied and site.kind == "below threshold-mib"
+    assert not site.applied and site.kind == Kind.BELOW_THRESHOLD
     assert site.estimate.hardware == "h100-sxm"
 
 

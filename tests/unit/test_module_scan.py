@@ -15,6 +15,7 @@ from harness import GATHER_MODULE, SCATTER_MODULE, op_counts, permute_count
 from overlap_hlo.passes import ALL_PASSES, all_gather_matmul, matmul_reduce_scatter
 from overlap_hlo.passes.all_gather_matmul import OverlapAllGatherMatmul
 from overlap_hlo.passes.matmul_reduce_scatter import OverlapMatmulReduceScatter
+from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.plan import cost
 from overlap_hlo.rewrite.scan import INT64_MAX, ModuleScan
 
@@ -71,7 +72,7 @@ def test_channel_handles_exhausted_leave_the_site_unchanged(kind, bidi, unroll):
     before = op_counts(module)
     (site,) = overlap_hlo.rewrite_module(module, threshold_mib=0, bidirectional=bidi,
                                          unroll=unroll)
-    assert not site.applied and site.kind == "channel handles exhausted"
+    assert not site.applied and site.kind == Kind.CHANNELS_EXHAUSTED
     assert f"already uses handle {INT64_MAX}" in site.reason
     assert op_counts(module) == before   # nothing built, nothing left behind
 
