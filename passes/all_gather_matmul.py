@@ -197,7 +197,7 @@ class OverlapAllGatherMatmul(RewritePass):
 
     def summing_refusal(self, sums: bool) -> Unsupported | None:
         """Why a ring that sums is not built on TPU unless asked (None: it is)."""
-        if sums and self.platform == "tpu" and not self.builds_tpu_summing_rings():
+        if sums and self.form.tied_sums and not self.builds_tpu_summing_rings():
             return Unsupported(
                 "a ring that sums over the gathered (contracting) dim reads and writes its "
                 "whole sum in HBM every round on TPU; hint: overlap-report --tpu=SLICE "
@@ -213,7 +213,7 @@ class OverlapAllGatherMatmul(RewritePass):
             extra = [s.assembly] if s.assembly is not None and i == 0 else []
             with ir.InsertionPoint(group[0].anchor):
                 results = emit_loop(group + extra, s.shard, s.dim, ring, plan, scan.new_channel,
-                                    self.platform)
+                                    self.form)
             for consumer, result in zip(group, results):
                 if isinstance(consumer, Fused):
                     consumer.replace(rewriter, result)

@@ -126,7 +126,7 @@ class OverlapAllToAllMatmul(RewritePass):
         detail = (f"{y} from chunks along dim {split} of {x}, concatenated on dim "
                   f"{concat} over groups of {ring.size}; {site.describe()}")
         refusal = None
-        if site.sums and self.platform == "tpu" and not self.tpu_summing_rings:
+        if site.sums and self.form.tied_sums and not self.tpu_summing_rings:
             refusal = Unsupported(
                 "its chunks' products are summed, and on TPU each step reads and writes the "
                 "whole sum in HBM; hint: tpu-summing-rings=true builds it",
@@ -213,13 +213,13 @@ class OverlapAllToAllMatmul(RewritePass):
         block = b.with_dim(x.type, s.split, chunk_size).shape[s.concat]
         result_type = s.dot.results[0].type
         part_type = result_type if s.sums else b.with_dim(result_type, s.result_dim, block)
-        result = None if s.sums else b.buffer(result_type, self.platform)
+        result = None if s.sums else b.buffer(result_type, self.form.allocates)
         operand = s.sliced[0][0]
         parts = []
         for k in range(n):
             mine = b.slice_dim(x, s.split, b.block_offset(position, k, n, chunk_size),
                                chunk_size)
-            if self.platform == "gpu" and k >= 2:
+            if self.form.paced_sends and k >= 2:
                 # Each send waits for the dot two steps back: XLA's GPU scheduler would
                 # start every send at once (each reads only the input) and, with two
                 # collectives in flight at most, make the rest synchronous.
@@ -247,7 +247,7 @@ class OverlapAllToAllMatmul(RewritePass):
         part_type = b.with_dim(product, s.result_dim, chunk_size)
         x = s.exchange.operands[0].type
         block = b.with_dim(x, s.split, x.shape[s.split] // n).shape[s.concat]
-        result = b.buffer(s.exchange.results[0].type, self.platform)
+        result = b.buffer(s.exchange.results[0].type, self.form.allocates)
         for k in range(n):
             offset = b.block_offset(position, k, n, chunk_size)
             operands = list(s.dot.operands)

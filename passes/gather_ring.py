@@ -7,6 +7,7 @@ from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.ir.ops import as_op
 from overlap_hlo.passes.gather_consumers import Consumer
 from overlap_hlo.plan.ring_plan import GATHER, RingPlan
+from overlap_hlo.plan.target_form import DEFAULT, TargetForm
 from overlap_hlo.rewrite import builders as b
 from overlap_hlo.rewrite.rewrite_pass import RewritePass
 
@@ -21,18 +22,19 @@ def plan_of(n: int, options: RewritePass, sums: bool = False,
     # (XLA's GPU pipeline left unrolled ones' sends bare); the TPU forms (RingPlan
     # `tied_sums`) unroll, as one round per iteration copied the carried shards
     # (benchmarks/RESULTS.md).
-    tpu = options.platform == "tpu"
-    unroll = options.unroll if options.unroll_given or not sums or tpu else 1
+    tied = options.form.tied_sums
+    unroll = options.unroll if options.unroll_given or not sums or tied else 1
     return RingPlan(GATHER, n, bidirectional, unroll, in_loop_sum=sums,
-                    single_trip_loop=options.single_trip_loop, tied_sums=tpu,
+                    single_trip_loop=options.single_trip_loop, tied_sums=tied,
                     views_in_loop=options.views_in_loop,
-                    own_last=tpu and options.own_shard_last)
+                    own_last=tied and options.own_shard_last)
 
 
 def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
-              ring: Ring, plan: RingPlan, channels, platform: str = "") -> list[ir.Value]:
+              ring: Ring, plan: RingPlan, channels, form: TargetForm = DEFAULT
+              ) -> list[ir.Value]:
     """One ring for all `consumers`, built at the current insertion point as `plan`
-    says; the buffers it writes whole are `builders.buffer`s for `platform`.
+    says, in the target's `form`.
 
     Round 0 multiplies the device's own shard while sending it on (the own-last TPU
     form of a two-stream ring that sums multiplies it in the last round instead,
@@ -42,10 +44,10 @@ def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
     meet at p + N/2: the up stream's last send is left out. The TPU form of a ring
     that sums ties each inline round's sum before the next adds to it (`tied_sums`).
     """
-    rounds = GatherRounds(consumers, shard, gather_dim, ring, plan, channels, platform)
+    rounds = GatherRounds(consumers, shard, gather_dim, ring, plan, channels, form)
     position = b.ring_position(ring)
     invariants = [value for c in consumers for value in c.inputs] + [position]
-    accs = [b.buffer(c.acc_type, platform) if c.result_dim is not None
+    accs = [b.buffer(c.acc_type, form.allocates) if c.result_dim is not None
             else b.zeros(c.acc_type) if plan.sums_from_zeros else None for c in consumers]
     carried = b.planned_rounds(plan, [shard] * plan.streams + accs, invariants, rounds.round_)
     return [c.finish(acc) for c, acc in zip(consumers, carried[plan.streams:])]
@@ -56,7 +58,7 @@ class GatherRounds:
     their products to each consumer's accumulator."""
 
     def __init__(self, consumers: list[Consumer], shard: ir.Value, gather_dim: int,
-                 ring: Ring, plan: RingPlan, channels, platform: str):
+                 ring: Ring, plan: RingPlan, channels, form: TargetForm):
         self.consumers, self.shard, self.gather_dim = consumers, shard, gather_dim
         self.ring, self.plan, self.channels = ring, plan, channels
         self.n, self.streams = ring.size, plan.streams
@@ -65,7 +67,8 @@ class GatherRounds:
         # block waits for its first to be written (one barrier), or XLA's GPU scheduler runs
         # a round's GEMMs ahead of their writes with every product live at once. Not with
         # two blocks or fewer, where the waits cost overlap (benchmarks/RESULTS.md).
-        self.serial = platform != "tpu" and plan.streams * sum(c.dots for c in consumers) > 2
+        self.serial = (form.serial_blocks
+                       and plan.streams * sum(c.dots for c in consumers) > 2)
 
     def send(self, values: list[ir.Value]) -> list[ir.Value]:
         """Shift stream 0 down the ring and stream 1 up (each permute a fresh channel)."""

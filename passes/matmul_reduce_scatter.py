@@ -130,7 +130,7 @@ class OverlapMatmulReduceScatter(RewritePass):
             result, product = emit_loop(s.dots, s.addends, s.dim, s.block, ring, s.between,
                                         plan, scan.new_channel, assemble=bool(s.readers),
                                         sum_type=scatter.results[0].type.element_type,
-                                        platform=self.platform, out_dim=s.scatter_dim,
+                                        form=self.form, out_dim=s.scatter_dim,
                                         prologues=s.prologues)
             result = self.completed(s, result, scan)
         rewriter.replace_op(scatter, [result])

@@ -11,6 +11,7 @@ from overlap_hlo.ir.lookthrough import View, replay
 from overlap_hlo.ir.ops import broadcast_source
 from overlap_hlo.passes.epilogue import block_type_for
 from overlap_hlo.plan.ring_plan import SCATTER, RingPlan
+from overlap_hlo.plan.target_form import DEFAULT, TargetForm
 from overlap_hlo.rewrite import builders as b
 from overlap_hlo.rewrite.rewrite_pass import RewritePass
 
@@ -31,7 +32,8 @@ def plan_of(n: int, options: RewritePass, block: int = 2,
 
 def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int,
               block: int, ring: Ring, views: list[View], plan: RingPlan, channels,
-              assemble: bool = False, sum_type: ir.Type | None = None, platform: str = "",
+              assemble: bool = False, sum_type: ir.Type | None = None,
+              form: TargetForm = DEFAULT,
               out_dim: int | None = None, prologues: dict | None = None
               ) -> tuple[ir.Value, ir.Value | None]:
     """The ring replacing reduce_scatter(sum of dots + added terms), built at the
@@ -56,16 +58,16 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
     devices is that of the original (dot + term). `sum_type`: the element type the
     reduce_scatter sums in, when wider than its operand's (each part is converted
     before it is added). `prologues`: (dot, operand) -> elementwise ops making that
-    operand, replayed on each block of their sliced sources.
+    operand, replayed on each block of their sliced sources. `form`: the target's.
     """
     rounds = ScatterRounds(dots, addends, result_dim, block, ring, views, plan, channels,
-                           assemble, sum_type, platform, prologues or {})
+                           assemble, sum_type, form, prologues or {})
     position = b.ring_position(ring)
     prologues, held = rounds.prologues, rounds.held
     invariants = ([value for i, dot in enumerate(dots) for index in range(2)
                    for value in (prologues[(i, index)].sources if (i, index) in prologues
                                  else [dot.operands[index]])] + list(rounds.terms) + [position])
-    carried = (([b.buffer(dots[0].results[0].type, platform)] if held else [])
+    carried = (([b.buffer(dots[0].results[0].type, form.allocates)] if held else [])
                + [None] * len(rounds.chains))
     carried = b.planned_rounds(plan, carried, invariants, rounds.round_)
     product, sums = (carried[0] if held else None), carried[held:]
@@ -73,7 +75,7 @@ def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int
         return sums[0], product
     # The halves written into one buffer (a concatenate would copy both).
     whole = b.with_dim(ir.RankedTensorType(sums[0].type), out_dim, block)
-    result = b.buffer(whole, platform)
+    result = b.buffer(whole, form.allocates)
     for value, (_, first, _) in zip(sums, rounds.chains):
         result = b.update_dim(result, value, out_dim,
                               b.scalar(first, b.index_dtype(ring.size * block)))
@@ -86,10 +88,10 @@ class ScatterRounds:
 
     def __init__(self, dots: list[ir.Operation], addends: list[ir.Value], result_dim: int,
                  block: int, ring: Ring, views: list[View], plan: RingPlan, channels,
-                 assemble: bool, sum_type: ir.Type | None, platform: str, prologues: dict):
+                 assemble: bool, sum_type: ir.Type | None, form: TargetForm, prologues: dict):
         self.dots, self.result_dim, self.block, self.ring = dots, result_dim, block, ring
         self.views, self.plan, self.channels = views, plan, channels
-        self.sum_type, self.platform, self.prologues = sum_type, platform, prologues
+        self.sum_type, self.form, self.prologues = sum_type, form, prologues
         self.n = ring.size
         self.a = plan.rounds - 1                     # the last round: the device's own block
         self.two = plan.streams == 2
@@ -176,7 +178,7 @@ class ScatterRounds:
                 return self.own_block(invariants, product, arrived, carry[1])
             sign, first, rows = chains[0]
             value, product = self.part(sign, k, -a * sign, first, rows, invariants, product)
-            if last and self.platform == "gpu" and arrived is not None:
+            if last and self.form.last_add_apart and arrived is not None:
                 # As in `own_block`: keep the add of the last arrival out of the GEMM's
                 # fusion, so that this dot runs while the last transfer does.
                 (value,) = b.barrier([value])
@@ -188,7 +190,7 @@ class ScatterRounds:
         stream's arrival (`arrived`) and the up stream's both add."""
         value, product = self.part(+1, 0, 0, 0, self.block, invariants, product)
         kept = [product] if self.held else []
-        if self.platform == "tpu":
+        if not self.form.own_add_apart:
             return kept + [b.add(b.add(value, arrived), up_arrived), None]
         # XLA's GPU GEMMs fuse both adds and wait for the down stream's last
         # transfer: the barrier keeps that add out, so the own block's dot runs

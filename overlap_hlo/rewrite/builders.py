@@ -89,11 +89,11 @@ def zeros(tensor_type: ir.RankedTensorType) -> ir.Value:
     return stablehlo.constant(ir.DenseElementsAttr.get_splat(tensor_type, zero))
 
 
-def buffer(tensor_type: ir.RankedTensorType, platform: str = "") -> ir.Value:
-    """A tensor a ring overwrites whole: uninitialised on TPU and GPU (`custom_call
-    @AllocateBuffer`, what `jax.lax.empty` lowers to there), zeros elsewhere (the CPU
-    backend has no such call)."""
-    if platform not in ("tpu", "gpu"):
+def buffer(tensor_type: ir.RankedTensorType, allocate: bool = False) -> ir.Value:
+    """A tensor a ring overwrites whole: with `allocate` (TargetForm.allocates: TPU and
+    GPU) uninitialised (`custom_call @AllocateBuffer`, what `jax.lax.empty` lowers to
+    there), else zeros (the CPU backend has no such call)."""
+    if not allocate:
         return zeros(tensor_type)
     return stablehlo.CustomCallOp([tensor_type], [], call_target_name="AllocateBuffer",
                                   has_side_effect=False).result

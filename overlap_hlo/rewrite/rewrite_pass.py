@@ -30,6 +30,7 @@ from overlap_hlo.plan import cost
 from overlap_hlo.plan.cost import SiteShape
 from overlap_hlo.plan.ring_order import Links
 from overlap_hlo.plan.ring_plan import RingPlan
+from overlap_hlo.plan.target_form import TargetForm
 from overlap_hlo.rewrite import builders
 from overlap_hlo.rewrite.scan import ModuleScan
 from overlap_hlo.rewrite.site import Decision, Match, Outcome, Record, SiteLog
@@ -189,17 +190,22 @@ class RewritePass:
         return self.target or (self.profile.platform if self.hardware else "")
 
     @property
+    def form(self) -> TargetForm:
+        """What the platform changes in the rings' plans and IR (`TargetForm`)."""
+        return TargetForm.of(self.platform)
+
+    @property
     def single_trip_loop(self) -> bool:
         """Whether a ring's loop that runs once is built (RingPlan.single_trip_loop):
         only the TPU forms keep it, as their compiler schedules that form better."""
-        return self.platform == "tpu"
+        return self.form.single_trip_loop
 
     @property
     def views_in_loop(self) -> bool:
         """Whether a ring's loop slices its invariant operands itself (RingPlan.
         views_in_loop): the TPU compiler then fuses the slice into each dot instead of
         copying a scanned layer's weight out of the stack before the loop."""
-        return self.platform == "tpu"
+        return self.form.views_in_loop
 
     @classmethod
     def options(cls) -> dict[str, dataclasses.Field]:
