@@ -64,6 +64,12 @@ class Element:
         for inner in self.nested or ():
             yield from inner.names()
 
+    @classmethod
+    def of(cls, name: str, options: dict[str, str]) -> Element:
+        """The pass `name` with `options` (`name{k=v ...}`; `name` without any)."""
+        text = " ".join(f"{key}={value}" for key, value in options.items())
+        return cls(name, f"{name}{{{text}}}" if text else name, text or None)
+
 
 def split_top_level(text: str, sep: str = ",") -> list[str]:
     """Split on `sep` outside (), {}, [] and quotes."""
@@ -171,6 +177,11 @@ def parse_pipeline(text: str) -> tuple[Element, ...]:
             and elements[0].nested is not None:
         return elements[0].nested
     return elements
+
+
+def pipeline_text(elements) -> str:
+    """`builtin.module(...)` pipeline text running `elements` (parse_pipeline's inverse)."""
+    return f"builtin.module({','.join(element.text for element in elements)})"
 
 
 def parse_options(element: Element) -> dict[str, str]:

@@ -10,7 +10,8 @@ from jaxlib.mlir import ir
 
 from overlap_hlo import api
 from overlap_hlo.ir.unsupported import Kind
-from overlap_hlo.rewrite.pipeline import parse_pipeline, registered_passes
+from overlap_hlo.rewrite.pipeline import (Element, parse_pipeline, pipeline_text,
+                                          registered_passes)
 from overlap_hlo.targets.report_rows import SLOWER_TOLERANCE, _row
 from overlap_hlo.targets.schedule import Analysis
 
@@ -35,10 +36,9 @@ CANDIDATES = {"per site": {},
 ORIGINAL = "the original"
 # A sixth candidate, built when the five disagree on which is fastest for different
 # passes: each ring pass with the options of the candidate whose sites of that pass
-# took least time in the compiled schedules, or left unchanged where the original's
-# sites took less (a gather ring in two streams beside the original scatter, say).
+# took least time in the compiled schedules, or left out of the pipeline where the
+# original's sites took less (a gather ring in two streams beside the original scatter).
 PER_PASS = "each pass its fastest form"
-UNCHANGED_MIB = 1e30   # the threshold that leaves a pass's sites unchanged there
 
 
 def profile_decides(options: dict) -> bool:
@@ -55,8 +55,8 @@ class _Candidate:
 
 @dataclass(frozen=True)
 class _PerPass:
-    """The pipeline of the PER_PASS candidate, and the passes it leaves unchanged, each
-    with its sites' time in the original and in the fastest of the forms."""
+    """The pipeline of the PER_PASS candidate, and the passes it leaves out, each with
+    its sites' time in the original and in the fastest of the forms."""
 
     pipeline: str
     unchanged: dict[str, tuple[float, float]]   # pass -> (original us, fastest form us)
@@ -75,9 +75,9 @@ def fastest_per_pass(pipeline: str, tried: dict[str, _Candidate], original: Anal
                      row_of: Callable = _row) -> _PerPass | None:
     """`pipeline` with each ring pass given the options of the candidate whose sites of
     that pass took least time in their compiled schedules (a tie: the first listed),
-    or left unchanged where the original's sites of that pass took less than every
-    form's; None when one candidate (or the original) is fastest for every pass, or
-    when the pipeline nests anchors or gives a ring pass options of its own."""
+    or left out where the original's sites of that pass took less than every form's;
+    None when one candidate (or the original) is fastest for every pass, or when the
+    pipeline nests anchors or gives a ring pass options of its own."""
     # pass -> candidate (the original last) -> location -> that site's time
     sites: dict[str, dict[str, dict[str, float]]] = {}
     first: dict[int, str] = {}                  # one label per distinct module
@@ -104,20 +104,36 @@ def fastest_per_pass(pipeline: str, tried: dict[str, _Candidate], original: Anal
     elements, passes = parse_pipeline(pipeline), registered_passes()
     if any(e.nested is not None or (e.name in best and e.options) for e in elements):
         return None
-    parts, unchanged = [], {}
+    kept, unchanged = [], {}
     for element in elements:
         choice = best.get(element.name)
-        known = passes[element.name].options() if element.name in passes else {}
-        if choice == ORIGINAL:
+        if choice == ORIGINAL:   # left out: its sites stay as they are
             per = times[element.name]
             unchanged[element.name] = (per[ORIGINAL], min(v for k, v in per.items()
                                                          if k != ORIGINAL))
-            extra = {"threshold-mib": str(UNCHANGED_MIB)}
-        else:
-            extra = api.pass_defaults(forms.get(choice, {}))
-        text = " ".join(f"{k}={v}" for k, v in extra.items() if k in known)
-        parts.append(f"{element.name}{{{text}}}" if text else element.text)
-    return _PerPass(f"builtin.module({','.join(parts)})", unchanged)
+            continue
+        known = passes[element.name].options() if element.name in passes else {}
+        extra = {k: v for k, v in api.pass_defaults(forms.get(choice, {})).items()
+                 if k in known}
+        kept.append(Element.of(element.name, extra) if extra else element)
+    return _PerPass(pipeline_text(kept), unchanged)
+
+
+def _with_passes_left_out(sites: list, first: list, per_pass: _PerPass, pipeline: str):
+    """The PER_PASS module's `sites` with, where each pass it left out would have run,
+    that pass's sites as the first candidate (the cost model's choice) met them; those
+    no pass reported (coverage's) last."""
+    order = {element.name: i for i, element in enumerate(parse_pipeline(pipeline))}
+    result = list(sites)
+    for name in sorted(per_pass.unchanged, key=order.get):
+        met = {site.location for site in result if site.pattern == name}
+        own = [site for site in first if site.pattern == name and site.location not in met]
+        at = next((i for i, site in enumerate(result) if site.kind is Kind.NOT_HANDLED
+                   or order.get(site.pattern, -1) > order[name]), len(result))
+        handled = [site for site in own if site.kind is not Kind.NOT_HANDLED]
+        result[at:at] = handled
+        result += [site for site in own if site.kind is Kind.NOT_HANDLED]
+    return result
 
 
 def _left_by_pass(site, per_pass: _PerPass):
@@ -152,12 +168,14 @@ def choose(options: dict, rewritten: Callable[..., _Candidate], pipeline: str,
     per_pass = fastest_per_pass(pipeline, tried, original, input_name, forms=forms,
                                 row_of=row_of)
     mixed = None if per_pass is None else rewritten(options, per_pass.pipeline)
-    # A pass left unchanged whose sites another pass built (a dot between a
-    # gather and a scatter is the gather pass's): not what was measured.
+    # A pass left out whose sites another pass built (a dot between a gather and a
+    # scatter is the gather pass's): not what was measured.
     if mixed is not None and not any(site.applied and site.pattern in
                                      per_pass.unchanged for site in mixed.sites):
+        sites = _with_passes_left_out(mixed.sites, next(iter(tried.values())).sites,
+                                      per_pass, pipeline)
         tried[PER_PASS] = replace(mixed, sites=[_left_by_pass(site, per_pass)
-                                                for site in mixed.sites])
+                                                for site in sites])
     candidates = {label: c.analysis.total_us for label, c in tried.items()}
     chosen = _fastest(tried, candidates)
     result = tried[chosen]

@@ -24,8 +24,8 @@ from __future__ import annotations
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE
 from overlap_hlo.targets import candidates, gpu, report_build, schedule, tpu
 from overlap_hlo.targets.candidates import (  # noqa: F401 (exported)
-    CANDIDATES, ORIGINAL, PER_PASS, UNCHANGED_MIB, _Candidate, _fastest, _kept,
-    _left_by_pass, _PerPass, profile_decides)
+    CANDIDATES, ORIGINAL, PER_PASS, _Candidate, _fastest, _kept, _left_by_pass, _PerPass,
+    profile_decides)
 from overlap_hlo.targets.report_build import _Kind, analyze_compiled  # noqa: F401 (exported)
 from overlap_hlo.targets.report_render import Report
 from overlap_hlo.targets.report_rows import (  # noqa: F401 (exported)
