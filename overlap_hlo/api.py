@@ -28,7 +28,8 @@ UTF8_BOM = b"\xef\xbb\xbf"
 # (about 3500 nested modules with an 8 MiB stack, 300 with 1 MiB).
 MAX_NESTING = 256
 # Reasons a user chose (a size threshold, the cost model): not worth a warning.
-EXPECTED_KINDS = frozenset({Kind.BELOW_THRESHOLD, Kind.NOT_PROFITABLE, Kind.ZERO_SIZE})
+EXPECTED_KINDS = frozenset({Kind.BELOW_THRESHOLD, Kind.NOT_PROFITABLE, Kind.ZERO_SIZE,
+                            Kind.NAMED_KEPT})
 # Every rewriting entry point logs its rewrite_summary() here, at INFO.
 logger = logging.getLogger(__name__)
 

@@ -456,6 +456,7 @@ PASS_FLAGS = (
     PassFlag("f32_sums", {"action": "store_const", "const": True}),
     PassFlag("tpu_summing_rings", {"action": argparse.BooleanOptionalAction}),
     PassFlag("own_shard_last", {"action": "store_const", "const": True}),
+    PassFlag("keep_sites", {"metavar": "FILE:LINE:COL,..."}),
 )
 
 

@@ -14,6 +14,7 @@ class Kind(enum.StrEnum):
     NOT_PROFITABLE = "not profitable"
     ZERO_SIZE = "zero-size tensor"
     KEPT = "slower in the compiled schedule"          # the report kept the original's
+    NAMED_KEPT = "named by keep-sites"
     INTERNAL_ERROR = "internal error"
     NOT_HANDLED = "form not handled"                  # no pattern of its pass matched
     CHANNELS_EXHAUSTED = "channel handles exhausted"

@@ -23,6 +23,7 @@ from jaxlib.mlir import ir
 
 from overlap_hlo.ir import compat
 from overlap_hlo.ir.dots import tensor_bytes
+from overlap_hlo.ir.locations import Where
 from overlap_hlo.ir.normalize import normalize
 from overlap_hlo.ir.ops import contains
 from overlap_hlo.ir.unsupported import Kind, Unsupported
@@ -124,6 +125,12 @@ class RewritePass:
                 "2x4:0,0;1,0;0,1;...; an extent ending in t wraps around): rings then "
                 "visit their group in an order of physical neighbours. overlap-report "
                 "sets it from --tpu; overlap_hlo.targets.tpu.device_coords(SLICE) gives it"})
+
+    keep_sites: str = field(default="", metadata={
+        "help": "leave the sites whose collective is at these source positions unchanged: "
+                "FILE:LINE:COL, comma-separated, a path's trailing part enough "
+                "(model.py:130:8); overlap-report sets it for sites its compiled schedules "
+                "found slower"})
 
     # The profile predictions use, loaded once per pass instance (not per site).
     profile: cost.Hardware = field(init=False, repr=False, compare=False)
@@ -253,6 +260,8 @@ class RewritePass:
     def _settle(self, op, rewriter, scan: ModuleScan, settled_first: list[Record]
                 ) -> tuple[Match, Decision]:
         refuse_zero_size(op.operation)
+        if self.keep_sites and names_position(self.keep_sites, op.location, scan.input_name):
+            raise Unsupported("its position is named by keep-sites", kind=Kind.NAMED_KEPT)
         match = self.match(op, scan)
         if match.first:
             outcomes = [self._settle_first(owner, root, rewriter, scan, settled_first)
@@ -471,6 +480,15 @@ def eval_type_name(name: str) -> type:
     """Field annotations are strings under `from __future__ import annotations`."""
     return {"float": float, "float | None": float, "int": int, "int | None": int,
             "bool": bool, "bool | None": bool, "str": str}[name]
+
+
+def names_position(listed: str, location: ir.Location, input_name: str | None = None) -> bool:
+    """Whether `listed` (keep-sites: FILE:LINE:COL entries, comma-separated) names
+    `location` (its file "-" read as `input_name`, as remarks name it): an entry equal
+    to its position or to a trailing part of its path."""
+    where = str(Where.of(location, input_name))
+    return any(where == entry or where.endswith("/" + entry)
+               for entry in (part.strip() for part in listed.split(",")) if entry)
 
 
 def refuse_zero_size(op: ir.Operation) -> None:

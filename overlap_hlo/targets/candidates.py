@@ -39,6 +39,9 @@ ORIGINAL = "the original"
 # took least time in the compiled schedules, or left out of the pipeline where the
 # original's sites took less (a gather ring in two streams beside the original scatter).
 PER_PASS = "each pass its fastest form"
+# Rounds of the search that compiles the fastest candidate again with the sites whose
+# rows it found slower left unchanged (keep-sites), stopping when that is not faster.
+KEEP_ROUNDS = 2
 
 
 def profile_decides(options: dict) -> bool:
@@ -155,6 +158,57 @@ def _kept(site, best_us: float, original_us: float):
                           f"({best_us:.1f} us against {original_us:.1f} us)")
 
 
+def _slower_sites(candidate: _Candidate, original: Analysis, input_name: str | None,
+                  row_of: Callable) -> dict[str, tuple[float, float]]:
+    """Position -> (original us, rewritten us) of the candidate's rewritten sites whose
+    row took longer than the original's, beyond SLOWER_TOLERANCE."""
+    by_location: dict[str, list] = {}
+    for site in candidate.sites:
+        by_location.setdefault(site.location, []).append(site)
+    slower = {}
+    for location, group in by_location.items():
+        if any(site.applied for site in group):
+            row = row_of(location, group, original, candidate.analysis, input_name)
+            if row.after_us > row.before_us * (1 + SLOWER_TOLERANCE):
+                slower[location] = (row.before_us, row.after_us)
+    return slower
+
+
+def _kept_at(site, slower: dict[str, tuple[float, float]]):
+    """A site the keep-sites candidate left at a position found slower, saying why."""
+    if site.location not in slower:
+        return site
+    before, after = slower[site.location]
+    return replace(site, applied=False, kind=Kind.KEPT, rule="",
+                   reason=f"{Kind.KEPT}: rewritten, its row took {after:.1f} us against "
+                          f"{before:.1f} us in the original")
+
+
+def _keep_slower_sites(chosen: str, tried: dict, candidates: dict, settings: dict,
+                       rewritten: Callable[..., _Candidate], original: Analysis,
+                       input_name: str | None, row_of: Callable) -> str:
+    """The fastest label once `chosen` is built again with the sites whose rows it
+    found slower left unchanged (keep-sites), for up to KEEP_ROUNDS rounds while that
+    is faster; each such candidate is added to `tried`, `candidates` and `settings`."""
+    base, (options, text, finish) = chosen, settings[chosen]
+    slower: dict[str, tuple[float, float]] = {}
+    for _ in range(KEEP_ROUNDS):
+        found = _slower_sites(tried[chosen], original, input_name, row_of)
+        if not found:
+            break
+        slower.update(found)
+        label = f"{base}, its {len(slower)} slower site(s) kept"
+        settings[label] = (dict(options, keep_sites=",".join(slower)), text, finish)
+        kept = rewritten(*settings[label][:2])
+        tried[label] = replace(kept, sites=[_kept_at(site, slower)
+                                            for site in finish(kept.sites)])
+        candidates[label] = kept.analysis.total_us
+        if _fastest(tried, candidates) != label:
+            break
+        chosen = label
+    return chosen
+
+
 def choose(options: dict, rewritten: Callable[..., _Candidate], pipeline: str,
            original_module: ir.Module, original: Analysis, input_name: str | None,
            platform: str, *, forms: dict[str, dict] = CANDIDATES,
@@ -162,9 +216,10 @@ def choose(options: dict, rewritten: Callable[..., _Candidate], pipeline: str,
     """(label kept, each candidate's predicted us, the candidate kept) of `forms` (the
     TPU-only ones on TPU) and PER_PASS, each built by `rewritten(options[, pipeline])`:
     the fastest, or ORIGINAL with its sites left unchanged when none is faster."""
-    tried = {label: rewritten(dict(options, **extra))
-             for label, extra in forms.items()
-             if platform == "TPU" or "tpu_summing_rings" not in extra}
+    # label -> (options, pipeline, what makes its sites' records from the pass's)
+    settings = {label: (dict(options, **extra), pipeline, list) for label, extra in forms.items()
+                if platform == "TPU" or "tpu_summing_rings" not in extra}
+    tried = {label: rewritten(*setting[:2]) for label, setting in settings.items()}
     per_pass = fastest_per_pass(pipeline, tried, original, input_name, forms=forms,
                                 row_of=row_of)
     mixed = None if per_pass is None else rewritten(options, per_pass.pipeline)
@@ -172,12 +227,18 @@ def choose(options: dict, rewritten: Callable[..., _Candidate], pipeline: str,
     # scatter is the gather pass's): not what was measured.
     if mixed is not None and not any(site.applied and site.pattern in
                                      per_pass.unchanged for site in mixed.sites):
-        sites = _with_passes_left_out(mixed.sites, next(iter(tried.values())).sites,
-                                      per_pass, pipeline)
-        tried[PER_PASS] = replace(mixed, sites=[_left_by_pass(site, per_pass)
-                                                for site in sites])
+        first = next(iter(tried.values())).sites
+
+        def finish(sites):
+            return [_left_by_pass(site, per_pass)
+                    for site in _with_passes_left_out(sites, first, per_pass, pipeline)]
+
+        tried[PER_PASS] = replace(mixed, sites=finish(mixed.sites))
+        settings[PER_PASS] = (options, per_pass.pipeline, finish)
     candidates = {label: c.analysis.total_us for label, c in tried.items()}
     chosen = _fastest(tried, candidates)
+    chosen = _keep_slower_sites(chosen, tried, candidates, settings, rewritten, original,
+                                input_name, row_of)
     result = tried[chosen]
     if result.analysis.total_us >= original.total_us * (1 - SLOWER_TOLERANCE):
         chosen = ORIGINAL

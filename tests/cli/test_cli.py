@@ -437,6 +437,37 @@ def test_remarks_for_sites_left_unchanged(capsys):
                       "(below threshold-mib)")
 
 
+@pytest.mark.parametrize("named, left", [
+    ("shard_map_sdy.mlir:12:12", 1),                          # a trailing part of the path
+    ("other.mlir:8:12,data/shard_map_sdy.mlir:12:12", 1),     # one of several
+    ("shard_map_sdy.mlir:12:13", 0),                          # another column
+    ("sdy.mlir:12:12", 0),                                    # not a whole path component
+])
+def test_keep_sites_leaves_the_sites_named(named, left, capsys):
+    assert main([str(SDY), "--remarks", "--threshold-mib=0", f"--keep-sites={named}"]) == 0
+    captured = capsys.readouterr()
+    err = lines_of(captured.err)
+    kept = [line for line in err if "left unchanged: its position is named by keep-sites" in line]
+    assert len(kept) == left
+    if left:
+        assert kept[0].startswith(f"{SDY}:12:12: remark: overlap-matmul-reduce-scatter: ")
+        assert "stablehlo.reduce_scatter" in captured.out
+        assert err[-1] == ("overlap-opt: 1 of 2 sites rewritten; 1 left unchanged "
+                           "(named by keep-sites)")
+    else:
+        assert err[-1] == "overlap-opt: 2 of 2 sites rewritten"
+
+
+def test_keep_sites_in_pipeline_text(capsys):
+    text = ("builtin.module(overlap-all-gather-matmul{threshold-mib=0 "
+            "keep-sites=shard_map_sdy.mlir:8:12},overlap-matmul-reduce-scatter{threshold-mib=0})")
+    assert main([str(SDY), f"--pass-pipeline={text}"]) == 0
+    captured = capsys.readouterr()
+    assert "stablehlo.all_gather" in captured.out and "stablehlo.reduce_scatter" not in captured.out
+    assert captured.err == ("overlap-opt: 1 of 2 sites rewritten; 1 left unchanged "
+                            "(named by keep-sites)\n")
+
+
 def test_no_remarks_without_flag(capsys):
     assert main([str(SDY), "--threshold-mib=0"]) == 0
     assert capsys.readouterr().err == "overlap-opt: 2 of 2 sites rewritten\n"
