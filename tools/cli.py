@@ -18,12 +18,12 @@ import sys
 import tempfile
 import textwrap
 import threading
+import dataclasses
 from dataclasses import dataclass, field
 
 from overlap_hlo.api import BYTECODE_MAGIC, UTF8_BOM
-from overlap_hlo.plan.cost import PLATFORMS
 from overlap_hlo.rewrite.pipeline import registered_passes
-from overlap_hlo.rewrite.rewrite_pass import RewritePass
+from overlap_hlo.rewrite.rewrite_pass import RewritePass, eval_type_name
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 STDIN_NAME = "<stdin>"
@@ -342,6 +342,20 @@ class PassFlag:
     option: str                          # the RewritePass field, e.g. "threshold_mib"
     parse: dict = field(default_factory=dict)   # argparse keywords: type, action, ...
 
+    @classmethod
+    def of(cls, f: dataclasses.Field) -> PassFlag:
+        """The flag of a RewritePass field: a bool is a switch (with --no-X when its
+        default is unset), a number with a `minimum` is checked against it."""
+        kind, meta = eval_type_name(f.type), f.metadata
+        if kind is bool:
+            return cls(f.name, {"action": argparse.BooleanOptionalAction} if f.default is None
+                       else {"action": "store_const", "const": True})
+        parse = {key: meta[key] for key in ("metavar", "choices") if key in meta}
+        if "minimum" in meta:
+            parse["type"] = _at_least(kind, meta["minimum"],
+                                      "a number" if kind is float else "an integer")
+        return cls(f.name, parse)
+
     @property
     def flag(self) -> str:
         return "--" + self.option.replace("_", "-")
@@ -443,21 +457,9 @@ def _at_least(kind: type, low, name: str):
     return parse
 
 
-_threshold = _at_least(float, 0, "a number")
-_unroll = _at_least(int, 1, "an integer")
-
-# One flag per pass option that the command line sets, in --help's order.
-PASS_FLAGS = (
-    PassFlag("threshold_mib", {"type": _threshold, "metavar": "MIB"}),
-    PassFlag("hardware", {"metavar": "NAME|FILE.json"}),
-    PassFlag("bidirectional", {"action": argparse.BooleanOptionalAction}),
-    PassFlag("unroll", {"type": _unroll, "metavar": "N"}),
-    PassFlag("target", {"choices": tuple(p for p in PLATFORMS if p)}),
-    PassFlag("f32_sums", {"action": "store_const", "const": True}),
-    PassFlag("tpu_summing_rings", {"action": argparse.BooleanOptionalAction}),
-    PassFlag("own_shard_last", {"action": "store_const", "const": True}),
-    PassFlag("keep_sites", {"metavar": "FILE:LINE:COL,..."}),
-)
+# One flag per pass option that the command line sets, in the declarations' order.
+PASS_FLAGS = tuple(PassFlag.of(f) for f in RewritePass.options().values()
+                   if f.metadata.get("flag", True))
 
 
 def version(prog: str) -> str:

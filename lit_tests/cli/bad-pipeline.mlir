@@ -12,7 +12,7 @@
 // Usage errors (exit status 2) are reported before the input is read.
 
 // UNKNOWN: overlap-opt: error: unknown pass or bad pipeline element 'no-such-pass'
-// OPTION: overlap-opt: error: pass 'overlap-all-gather-matmul' has no option 'size' (options: threshold-mib, hardware, bidirectional, unroll, f32-sums, tpu-summing-rings, own-shard-last, target, device-coords)
+// OPTION: overlap-opt: error: pass 'overlap-all-gather-matmul' has no option 'size' (options: threshold-mib, hardware, bidirectional, unroll, target, f32-sums, tpu-summing-rings, own-shard-last, device-coords, keep-sites)
 // VALUE: overlap-opt: error: pass 'overlap-all-gather-matmul': option 'threshold-mib' expects float, got 'big'
 // NESTED: overlap-opt: error: {{.*}}overlap passes run on builtin.module only
 // FLAG: overlap-opt: error: argument --threshold-mib: '-1' must be a number >= 0

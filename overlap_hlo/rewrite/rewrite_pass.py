@@ -73,13 +73,17 @@ def mib(tensor_type: ir.RankedTensorType) -> float:
 
 @dataclass(frozen=True)
 class RewritePass:
-    """Options shared by the overlap passes."""
+    """Options shared by the overlap passes. Each field is declared once here: its help,
+    and how its command-line flag parses (`metavar`, `minimum`, `choices`; `flag`:
+    False when no flag sets it); tools/cli.py makes the flags from these."""
 
     threshold_mib: float | None = field(default=None, metadata={
+        "metavar": "MIB", "minimum": 0,
         "help": "leave a site unchanged when its communicated tensor is smaller than "
                 f"this many MiB (0: rewrite every legal site); overrides the cost model; "
                 f"default {DEFAULT_THRESHOLD_MIB:g} when no hardware is named"})
     hardware: str = field(default="", metadata={
+        "metavar": "NAME|FILE.json",
         "help": "decide by the cost model for this hardware profile "
                 f"({', '.join(cost.PROFILES)}) or .json profile file"})
     bidirectional: bool | None = field(default=None, metadata={
@@ -88,11 +92,17 @@ class RewritePass:
                 "when the cost model decides (a hardware profile, no threshold-mib), the "
                 "form it predicts faster for each site, else one stream"})
     unroll: int | None = field(default=None, metadata={
+        "metavar": "N", "minimum": 1,
         "help": "all_gather ring rounds per loop iteration, 1 to 16 (the remainder is "
                 "emitted after the loop); default 1, but 2 on TPU and GPU (the loop then "
                 "alternates two buffers instead of copying the shard it carries; on GPU a ring "
                 "that sums over a contracting gathered dim keeps 1). A reduce_scatter ring runs "
                 "one round per iteration"})
+    target: str = field(default="", metadata={
+        "choices": tuple(p for p in cost.PLATFORMS if p),
+        "help": "the backend the module will be compiled for: tpu or gpu (buffers the "
+                "ring writes whole are left uninitialised: custom_call @AllocateBuffer), "
+                "cpu; default: the hardware profile's, else forms every backend runs"})
     f32_sums: bool = field(default=False, metadata={
         "help": "overlap-all-gather-matmul: sum the partial products of a contracting "
                 "gathered dim in f32 when the result is a narrower float (default: in the "
@@ -115,18 +125,15 @@ class RewritePass:
                 "reach last (every dot over two shards, round 0's shifts bare), instead "
                 "of first (one product of the sum's size more); overlap-report tries both"})
 
-    target: str = field(default="", metadata={
-        "help": "the backend the module will be compiled for: tpu or gpu (buffers the "
-                "ring writes whole are left uninitialised: custom_call @AllocateBuffer), "
-                "cpu; default: the hardware profile's, else forms every backend runs"})
-
     device_coords: str = field(default="", metadata={
+        "flag": False,   # --tpu=SLICE sets it
         "help": "where each device sits on the slice, EXTENTS:COORDS (e.g. "
                 "2x4:0,0;1,0;0,1;...; an extent ending in t wraps around): rings then "
                 "visit their group in an order of physical neighbours. overlap-report "
                 "sets it from --tpu; overlap_hlo.targets.tpu.device_coords(SLICE) gives it"})
 
     keep_sites: str = field(default="", metadata={
+        "metavar": "FILE:LINE:COL,...",
         "help": "leave the sites whose collective is at these source positions unchanged: "
                 "FILE:LINE:COL, comma-separated, a path's trailing part enough "
                 "(model.py:130:8); overlap-report sets it for sites its compiled schedules "

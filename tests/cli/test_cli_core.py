@@ -279,3 +279,30 @@ def test_pass_flags_are_the_pass_options():
     assert all(spec.option.replace("_", "-") in options for spec in cli.PASS_FLAGS)
     assert cli.pass_flag_names() == ", ".join(s.flag for s in cli.PASS_FLAGS[:-1]) + \
         f" and {cli.PASS_FLAGS[-1].flag}"
+    # Made from the declarations: every option but those no flag sets, in their order.
+    assert [spec.option for spec in cli.PASS_FLAGS] == [
+        f.name for f in options.values() if f.metadata.get("flag", True)]
+    assert "device_coords" not in {spec.option for spec in cli.PASS_FLAGS}   # --tpu sets it
+
+
+def test_an_option_declared_once_gets_its_flag():
+    """A new RewritePass field is a flag with nothing else to write: a switch for a
+    bool, --no-X too when unset by default, a checked minimum for a number."""
+    import argparse
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Declared:
+        switch: bool = dataclasses.field(default=False, metadata={"help": "h"})
+        either: bool | None = dataclasses.field(default=None, metadata={"help": "h"})
+        count: int | None = dataclasses.field(default=None, metadata={
+            "help": "h", "metavar": "N", "minimum": 2})
+
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    for f in dataclasses.fields(Declared):
+        spec = cli.PassFlag.of(f)
+        parser.add_argument(spec.flag, dest=spec.option, default=None, **spec.parse)
+    args = parser.parse_args(["--switch", "--no-either", "--count=3"])
+    assert (args.switch, args.either, args.count) == (True, False, 3)
+    with pytest.raises(argparse.ArgumentError, match="must be >= 2"):
+        parser.parse_args(["--count=1"])
