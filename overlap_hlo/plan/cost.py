@@ -35,7 +35,8 @@ import json
 import math
 import os
 import stat
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 
 from overlap_hlo.plan.ring_plan import SCATTER, RingPlan
 
@@ -365,6 +366,10 @@ class SiteShape:
     collective_directions: int = 2  # link directions the original collective uses
     returned_bytes: float = 0.0  # the whole result, where the all_gather completing it
                                  # is an output of the program
+    # A site that is more than its ring (an all_reduce's other half): its pattern's
+    # estimate, which prices it whole. The pass's estimate calls it; `estimate` does not.
+    priced_by: Callable[[SiteShape, Hardware], Estimate] | None = field(
+        default=None, compare=False, repr=False)
 
 
 def estimate(site: SiteShape, hw: Hardware) -> Estimate:

@@ -129,6 +129,9 @@ class Match:
     shared driver needs to plan, decide and reserve channels, and what the pass's
     emitter builds (`build`, the pass's own description).
 
+    A pass made of several patterns names in `pattern` the one that matched, which
+    builds the site (the pass's `emit` hands it on).
+
     A composite site (a dot between an all_gather and a reduce_scatter) first lists in
     `first` the sites to settle before it: the driver settles them through their own
     pass and matches this site again with their outcomes."""
@@ -144,6 +147,7 @@ class Match:
     build: object = None                          # the emitter's description
     others: list[Record] = field(default_factory=list)  # logged after this site, if built
     first: list[tuple[object, ir.Operation]] = field(default_factory=list)  # (pass, root)
+    pattern: object = None                        # of a pass with several: the one matched
 
 
 @dataclass(frozen=True)
