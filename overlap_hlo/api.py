@@ -69,9 +69,11 @@ def option_names() -> list[str]:
     return list(names)
 
 
-def pass_defaults(options: dict, caller: str = "overlap_hlo") -> dict[str, str]:
-    """Python keyword options (threshold_mib=0, bidirectional=True, ...) as pipeline
-    option text for every overlap pass that the pipeline leaves them unset.
+def pass_defaults(options: dict, caller: str = "overlap_hlo") -> dict:
+    """Python keyword options (threshold_mib=0, bidirectional=True, hardware=a name or
+    a `cost.Hardware`, device_coords=a `Links` or its text, ...), the unset (None) ones
+    left out: the values every overlap pass takes where the pipeline text leaves them
+    unset.
 
     Raises TypeError for an option no overlap pass has."""
     valid = option_names()
@@ -81,8 +83,7 @@ def pass_defaults(options: dict, caller: str = "overlap_hlo") -> dict[str, str]:
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise TypeError(f"{caller}() got an unexpected keyword argument '{key}'{hint} "
                             f"(options: {', '.join(valid)})")
-    return {key.replace("_", "-"): str(value).lower() if isinstance(value, bool) else str(value)
-            for key, value in options.items() if value is not None}
+    return {key: value for key, value in options.items() if value is not None}
 
 
 def _pipeline_text(pipeline: str | None) -> str:

@@ -63,7 +63,8 @@ class OverlapSequenceParallel:
         return {}   # nothing to decide: the bytes gathered never grow
 
     @classmethod
-    def from_options(cls, options: dict[str, str]) -> OverlapSequenceParallel:
+    def from_options(cls, options: dict[str, str], defaults: dict | None = None
+                     ) -> OverlapSequenceParallel:
         for key in options:
             raise ValueError(f"pass '{cls.name}' has no option '{key}' (it has none)")
         return cls()

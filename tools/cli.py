@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from overlap_hlo.api import BYTECODE_MAGIC, UTF8_BOM
 from overlap_hlo.rewrite.pipeline import registered_passes
-from overlap_hlo.rewrite.rewrite_pass import RewritePass, eval_type_name
+from overlap_hlo.rewrite.rewrite_pass import RewritePass, option_type
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 STDIN_NAME = "<stdin>"
@@ -343,10 +343,10 @@ class PassFlag:
     parse: dict = field(default_factory=dict)   # argparse keywords: type, action, ...
 
     @classmethod
-    def of(cls, f: dataclasses.Field) -> PassFlag:
-        """The flag of a RewritePass field: a bool is a switch (with --no-X when its
+    def of(cls, f: dataclasses.Field, owner: type = RewritePass) -> PassFlag:
+        """The flag of field `f` of `owner`: a bool is a switch (with --no-X when its
         default is unset), a number with a `minimum` is checked against it."""
-        kind, meta = eval_type_name(f.type), f.metadata
+        kind, meta = option_type(owner, f.name), f.metadata
         if kind is bool:
             return cls(f.name, {"action": argparse.BooleanOptionalAction} if f.default is None
                        else {"action": "store_const", "const": True})

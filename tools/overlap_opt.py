@@ -37,6 +37,7 @@ from overlap_hlo.plan import cost
 from overlap_hlo.plan.cost import PROFILES
 from overlap_hlo.plan.xla_flags import as_xla_flags, ring_options
 from overlap_hlo.rewrite.pipeline import PipelineError, build_pass_manager, registered_passes
+from overlap_hlo.rewrite.rewrite_pass import option_type
 from overlap_hlo.rewrite.site import Site, SiteLog, statistics
 
 from . import cli
@@ -157,8 +158,8 @@ def list_passes() -> str:
         lines += [f"      {line}" for line in doc.split("\n\n")[0].splitlines()]
         lines.append("      Options:" if cls.options() else "      Options: none")
         for option, spec in cls.options().items():
-            kind = spec.type if isinstance(spec.type, str) else spec.type.__name__
-            kind = kind.replace(" | None", "")
+            kind = spec.metadata.get("metavar") if "parse" in spec.metadata else \
+                option_type(cls, spec.name).__name__
             default = ("required" if spec.default is MISSING else
                        "default: unset" if spec.default in (None, "") else
                        f"default: {str(spec.default).lower() if kind == 'bool' else spec.default}")
@@ -248,7 +249,9 @@ class Driver:
         if self.defaults.get("target"):
             return self.defaults["target"]
         hardware = self.defaults.get("hardware")
-        return cost.hardware(hardware).platform if hardware else ""
+        if isinstance(hardware, str):   # as typed; --tpu gives the slice's profile
+            hardware = cost.hardware(hardware) if hardware else None
+        return hardware.platform if hardware else ""
 
     def run(self) -> int:
         if self.args.list_passes:

@@ -10,7 +10,7 @@
 // CHECK-NEXT: all_gather feeding dot_general
 // CHECK: Options:
 // CHECK-NEXT: threshold-mib=<float>  (default: unset)
-// CHECK: hardware=<str>  (default: unset)
+// CHECK: hardware=<NAME|FILE.json>  (default: unset)
 // CHECK: bidirectional=<bool>  (default: unset)
 // CHECK: unroll=<int>  (default: unset)
 // CHECK: but 2 on TPU and GPU
@@ -19,7 +19,7 @@
 // CHECK-NEXT: dot_general feeding reduce_scatter
 // CHECK: Options:
 // CHECK-NEXT: threshold-mib=<float>  (default: unset)
-// CHECK: hardware=<str>  (default: unset)
+// CHECK: hardware=<NAME|FILE.json>  (default: unset)
 // CHECK: bidirectional=<bool>  (default: unset)
 // CHECK: unroll=<int>  (default: unset)
 // CHECK: target=<str>  (default: unset)

@@ -195,9 +195,11 @@ def parse_options(element: Element) -> dict[str, str]:
     return options
 
 
-def build_pass_manager(text: str, log: SiteLog, defaults: dict[str, str] | None = None,
+def build_pass_manager(text: str, log: SiteLog, defaults: dict | None = None,
                        context: ir.Context | None = None) -> PassManager:
-    """A PassManager running `text`; `defaults` fill options the text leaves unset."""
+    """A PassManager running `text`; `defaults` (typed values by Python name:
+    threshold_mib=0.5, hardware=..., device_coords=Links) fill options the text leaves
+    unset."""
     passes = registered_passes()
     pm = PassManager("builtin.module", context=context)
     elements = parse_pipeline(text)
@@ -220,11 +222,8 @@ def build_pass_manager(text: str, log: SiteLog, defaults: dict[str, str] | None 
                 raise PipelineError(f"unknown pass or bad pipeline element "
                                     f"'{element.text}': {err}") from None
             continue
-        options = parse_options(element)
-        merged = {k: v for k, v in (defaults or {}).items() if k in cls.options()}
-        merged.update(options)
         try:
-            instance = cls.from_options(merged)
+            instance = cls.from_options(parse_options(element), defaults)
         except ValueError as err:
             raise PipelineError(str(err)) from None
         pm.add(_runner(instance, log), name=cls.__name__, argument=cls.name,

@@ -16,6 +16,8 @@ pass; `run` applies it to each root op with MLIR's greedy driver.
 from __future__ import annotations
 
 import dataclasses
+import numbers
+import typing
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 
@@ -82,8 +84,8 @@ class RewritePass:
         "help": "leave a site unchanged when its communicated tensor is smaller than "
                 f"this many MiB (0: rewrite every legal site); overrides the cost model; "
                 f"default {DEFAULT_THRESHOLD_MIB:g} when no hardware is named"})
-    hardware: str = field(default="", metadata={
-        "metavar": "NAME|FILE.json",
+    hardware: cost.Hardware | None = field(default=None, metadata={
+        "metavar": "NAME|FILE.json", "parse": cost.hardware,
         "help": "decide by the cost model for this hardware profile "
                 f"({', '.join(cost.PROFILES)}) or .json profile file"})
     bidirectional: bool | None = field(default=None, metadata={
@@ -125,12 +127,13 @@ class RewritePass:
                 "reach last (every dot over two shards, round 0's shifts bare), instead "
                 "of first (one product of the sum's size more); overlap-report tries both"})
 
-    device_coords: str = field(default="", metadata={
-        "flag": False,   # --tpu=SLICE sets it
+    device_coords: Links | None = field(default=None, metadata={
+        "flag": False, "parse": Links.parse, "errors_named": True,   # --tpu=SLICE sets it
+        "metavar": "EXTENTS:COORDS",
         "help": "where each device sits on the slice, EXTENTS:COORDS (e.g. "
                 "2x4:0,0;1,0;0,1;...; an extent ending in t wraps around): rings then "
                 "visit their group in an order of physical neighbours. overlap-report "
-                "sets it from --tpu; overlap_hlo.targets.tpu.device_coords(SLICE) gives it"})
+                "sets it from --tpu; overlap_hlo.targets.tpu.topology(SLICE).links gives it"})
 
     keep_sites: str = field(default="", metadata={
         "metavar": "FILE:LINE:COL,...",
@@ -139,9 +142,8 @@ class RewritePass:
                 "(model.py:130:8); overlap-report sets it for sites its compiled schedules "
                 "found slower"})
 
-    # The profile predictions use, loaded once per pass instance (not per site).
+    # The profile predictions use: `hardware`, else the default one.
     profile: cost.Hardware = field(init=False, repr=False, compare=False)
-    links: Links | None = field(init=False, repr=False, compare=False)
     unroll_given: bool = field(init=False, repr=False, compare=False)   # not a default
 
     name: ClassVar[str] = ""
@@ -151,16 +153,11 @@ class RewritePass:
     composite_note: ClassVar[str] = ""   # ends the detail of a site settled first
 
     def __post_init__(self):
-        try:
-            profile = cost.hardware(self.hardware or DEFAULT_PREDICTION_PROFILE)
-        except (OSError, TypeError, ValueError) as err:
-            raise ValueError(f"pass '{self.name}': {err}") from None
-        object.__setattr__(self, "profile", profile)
-        try:
-            links = Links.parse(self.device_coords) if self.device_coords else None
-        except ValueError as err:
-            raise ValueError(f"pass '{self.name}': device-coords: {err}") from None
-        object.__setattr__(self, "links", links)
+        for f in dataclasses.fields(self):
+            if f.init and getattr(self, f.name) is not None:
+                object.__setattr__(self, f.name, self._typed(f, getattr(self, f.name)))
+        object.__setattr__(self, "profile",
+                           self.hardware or cost.hardware(DEFAULT_PREDICTION_PROFILE))
         if self.threshold_mib is not None and not self.threshold_mib >= 0:  # rejects nan
             raise ValueError(f"pass '{self.name}': threshold-mib must be >= 0, "
                              f"got {self.threshold_mib}")
@@ -183,7 +180,7 @@ class RewritePass:
 
         def ordered(streams: int):
             if streams not in found:
-                found[streams] = ring.in_physical_order(self.links, streams)
+                found[streams] = ring.in_physical_order(self.device_coords, streams)
             return found[streams]
 
         return ordered
@@ -195,13 +192,13 @@ class RewritePass:
         original collective uses."""
         ring = ordered(plan.streams)
         return dataclasses.replace(site, plan=plan,
-                                   link_load=ring.step_load(self.links, plan.streams),
-                                   collective_directions=ring.collective_directions(self.links))
+                                   link_load=ring.step_load(self.device_coords, plan.streams),
+                                   collective_directions=ring.collective_directions(self.device_coords))
 
     @property
     def platform(self) -> str:
         """The backend the forms are for: `target`, else the named profile's, else ""."""
-        return self.target or (self.profile.platform if self.hardware else "")
+        return self.target or (self.hardware.platform if self.hardware else "")
 
     @property
     def form(self) -> TargetForm:
@@ -226,16 +223,62 @@ class RewritePass:
         return {f.name.replace("_", "-"): f for f in dataclasses.fields(cls) if f.init}
 
     @classmethod
-    def from_options(cls, options: dict[str, str]) -> RewritePass:
-        """Build from pipeline-text options; raises ValueError on a bad one."""
+    def from_options(cls, options: dict[str, str], defaults: dict | None = None
+                     ) -> RewritePass:
+        """Build from pipeline-text `options` over typed `defaults` (Python names: the
+        ones this pass has are used); raises ValueError on a bad option."""
         known = cls.options()
-        values = {}
+        values = {f.name: defaults[f.name] for f in known.values()
+                  if defaults and f.name in defaults}
         for key, text in options.items():
             if key not in known:
                 raise ValueError(f"pass '{cls.name}' has no option '{key}' "
                                  f"(options: {', '.join(known)})")
-            values[known[key].name] = _convert(known[key], text, cls.name)
+            values[known[key].name] = cls._parsed(known[key], text)
         return cls(**values)
+
+    @classmethod
+    def _parsed(cls, f: dataclasses.Field, text: str):
+        """Option `f`'s value written as `text`; ValueError naming the pass."""
+        parse = f.metadata.get("parse")
+        if parse is None:
+            return _convert(f, option_type(cls, f.name), text, cls.name)
+        if not text:
+            return None   # unset
+        try:
+            return parse(text)
+        except (OSError, TypeError, ValueError) as err:
+            named = f"{f.name.replace('_', '-')}: " if f.metadata.get("errors_named") else ""
+            raise ValueError(f"pass '{cls.name}': {named}{err}") from None
+
+    @classmethod
+    def _typed(cls, f: dataclasses.Field, value):
+        """Option `f`'s `value` as its type: text parsed, numbers converted; ValueError
+        for a value of another type."""
+        kind = option_type(cls, f.name)
+        if isinstance(value, str) and kind is not str:
+            return cls._parsed(f, value)
+        if kind in (int, float) and isinstance(value, numbers.Real) and \
+                not isinstance(value, bool) and (kind is float or float(value).is_integer()):
+            return kind(value)
+        if not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool):
+            raise ValueError(f"pass '{cls.name}': option '{f.name.replace('_', '-')}' "
+                             f"expects {kind.__name__}, got {type(value).__name__} {value!r}")
+        return value
+
+    @classmethod
+    def option_text(cls, name: str, value) -> str:
+        """Option `name`'s typed `value` as pipeline text (`_parsed`'s inverse)."""
+        if isinstance(value, bool):
+            return str(value).lower()
+        if isinstance(value, Links):
+            return value.text()
+        if isinstance(value, cost.Hardware):
+            if cost.PROFILES.get(value.name) != value:
+                raise ValueError(f"hardware profile '{value.name}' is not built in: "
+                                 "name its .json file in pipeline text")
+            return value.name
+        return str(value)
 
     def match(self, op, scan: ModuleScan, settled: list[Outcome] | None = None) -> Match:
         """The site rooted at `op`, or NoMatch / Unsupported. `settled`: the outcomes of
@@ -356,7 +399,7 @@ class RewritePass:
         # unchanged), and each site gets one decision and one record. Keys are the
         # ops' identities: roots are never created by a rewrite, so a key is not reused.
         decided: set[int] = set()
-        named = bool(self.hardware)
+        named = self.hardware is not None
         failure: list[tuple[int, str]] = []
 
         def log(location, applied: bool, pattern: str = self.name, **facts) -> None:
@@ -420,7 +463,8 @@ class RewritePass:
         slower)."""
         if self.tpu_summing_rings is not None:
             return self.tpu_summing_rings
-        return (self.threshold_mib is None and bool(self.hardware) and bool(self.device_coords)
+        return (self.threshold_mib is None and self.hardware is not None
+                and self.device_coords is not None
                 and self.profile.decides_summing_rings)
 
     def estimate(self, shape: SiteShape, profile: cost.Hardware) -> cost.Estimate:
@@ -442,7 +486,7 @@ class RewritePass:
         default profile when no hardware is named (and are then not shown).
         """
         profile = self.profile
-        by_model = self.threshold_mib is None and bool(self.hardware)
+        by_model = self.threshold_mib is None and self.hardware is not None
         forms = ([self.bidirectional] if self.bidirectional is not None
                  else [False, True] if by_model else [False])
         estimates = [self.estimate(shape_of(form), profile) for form in forms]
@@ -470,8 +514,7 @@ class RewritePass:
         return Decision(estimate, f"the cost model for {profile.name}{chosen}")
 
 
-def _convert(f: dataclasses.Field, text: str, pass_name: str):
-    kind = f.type if isinstance(f.type, type) else eval_type_name(f.type)
+def _convert(f: dataclasses.Field, kind: type, text: str, pass_name: str):
     try:
         if kind is bool:
             if text.lower() not in ("true", "false", "1", "0"):
@@ -483,10 +526,11 @@ def _convert(f: dataclasses.Field, text: str, pass_name: str):
                          f"expects {kind.__name__}, got '{text}'") from None
 
 
-def eval_type_name(name: str) -> type:
-    """Field annotations are strings under `from __future__ import annotations`."""
-    return {"float": float, "float | None": float, "int": int, "int | None": int,
-            "bool": bool, "bool | None": bool, "str": str}[name]
+def option_type(cls: type, name: str) -> type:
+    """The type of option `name` of pass `cls` (`X | None` read as X)."""
+    hint = typing.get_type_hints(cls)[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
 
 
 def names_position(listed: str, location: ir.Location, input_name: str | None = None) -> bool:

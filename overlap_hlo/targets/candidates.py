@@ -115,9 +115,11 @@ def fastest_per_pass(pipeline: str, tried: dict[str, _Candidate], original: Anal
             unchanged[element.name] = (per[ORIGINAL], min(v for k, v in per.items()
                                                          if k != ORIGINAL))
             continue
-        known = passes[element.name].options() if element.name in passes else {}
-        extra = {k: v for k, v in api.pass_defaults(forms.get(choice, {})).items()
-                 if k in known}
+        cls = passes.get(element.name)
+        known = cls.options() if cls else {}
+        extra = {key.replace("_", "-"): cls.option_text(key, value)
+                 for key, value in api.pass_defaults(forms.get(choice, {})).items()
+                 if key.replace("_", "-") in known}
         kept.append(Element.of(element.name, extra) if extra else element)
     return _PerPass(pipeline_text(kept), unchanged)
 

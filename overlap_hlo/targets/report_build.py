@@ -72,7 +72,7 @@ def build_variants(source, topology: str | tpu.Topology | gpu.Target, variants: 
         # The sites' estimates are on the slice's profile also when a threshold decides.
         module, sites = aot.rewrite(
             original_compiled.module, text, input_name=input_name,
-            **dict(options, hardware=options.get("hardware") or topo.hardware.name))
+            **dict(options, hardware=options.get("hardware") or topo.hardware))
         key = api.serialize(module, bytecode=True)
         if key not in analyses:
             analyses[key] = analyze_compiled(kind.compile_rewritten(module), timing,

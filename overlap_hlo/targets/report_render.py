@@ -6,6 +6,9 @@ from dataclasses import asdict, dataclass, field
 
 from jaxlib.mlir import ir
 
+from overlap_hlo.plan.cost import Hardware
+from overlap_hlo.plan.ring_order import Links
+from overlap_hlo.rewrite.rewrite_pass import RewritePass
 from overlap_hlo.targets.candidates import ORIGINAL
 from overlap_hlo.targets.report_rows import SLOWER_TOLERANCE, SiteRow, outside_sites
 from overlap_hlo.targets.schedule import Analysis
@@ -66,7 +69,10 @@ class Report:
         return {
             "topology": self.topology, "requested": self.requested or None,
             "hardware": self.hardware,
-            "clock_ghz": self.clock_ghz, "options": self.options,
+            "clock_ghz": self.clock_ghz, "options": {
+                key: RewritePass.option_text(key, value)
+                if isinstance(value, (Links, Hardware)) else value
+                for key, value in self.options.items()},
             "sites": [dict(asdict(row), speedup=row.speedup, slower=row.slower,
                            moved_here=row.moved_here)
                       for row in self.sites],

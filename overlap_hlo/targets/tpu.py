@@ -232,5 +232,5 @@ def tpu_options(options: dict, topo: Topology) -> dict:
     slice's profile: its cost model decides each site."""
     given = {k: v for k, v in options.items() if v is not None}
     if "threshold_mib" not in given and "hardware" not in given:
-        given["hardware"] = topo.hardware.name
-    return {"target": "tpu", "device_coords": topo.links.text(), **given}
+        given["hardware"] = topo.hardware
+    return {"target": "tpu", "device_coords": topo.links, **given}

@@ -300,7 +300,7 @@ def test_an_option_declared_once_gets_its_flag():
 
     parser = argparse.ArgumentParser(exit_on_error=False)
     for f in dataclasses.fields(Declared):
-        spec = cli.PassFlag.of(f)
+        spec = cli.PassFlag.of(f, Declared)
         parser.add_argument(spec.flag, dest=spec.option, default=None, **spec.parse)
     args = parser.parse_args(["--switch", "--no-either", "--count=3"])
     assert (args.switch, args.either, args.count) == (True, False, 3)

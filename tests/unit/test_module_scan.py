@@ -155,11 +155,11 @@ def test_the_profile_is_read_once_per_pass_instance(monkeypatch, tmp_path):
     profile = tmp_path / "chip.json"
     profile.write_text('{"name": "chip", "tflops": {"f32": 100}, "link_gbps": 50, '
                        '"latency_us": 5, "step_overhead_us": 1, "loop_overhead_us": 2}')
-    real = cost.hardware
+    real = cost._read_json
 
     def reads_for(sites: int) -> int:
         reads = []
-        monkeypatch.setattr(cost, "hardware", lambda name: reads.append(name) or real(name))
+        monkeypatch.setattr(cost, "_read_json", lambda path: reads.append(path) or real(path))
         funcs = "\n".join(SITE.replace("@f", f"@f{i}") for i in range(sites))
         module = overlap_hlo.parse(ODD_ATTRIBUTES.format(site=funcs))
         found = overlap_hlo.rewrite_module(module, hardware=str(profile))
