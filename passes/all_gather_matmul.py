@@ -42,10 +42,11 @@ from typing import NoReturn
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
+from overlap_hlo.ir.dots import DotDims, tensor_bytes
 from overlap_hlo.ir.lookthrough import (ViewedUse, dot_across_regions, erase_unused, producer,
                                         users_through_views)
 from overlap_hlo.ir.unsupported import Kind, Unsupported
+from overlap_hlo.passes import rings
 from overlap_hlo.passes.gather_consumers import (Assembly, Consumer, Fused, accumulator_type,
                                                  fuse_epilogue, narrow_range)
 from overlap_hlo.passes.gather_ring import emit_loop, plan_of
@@ -184,16 +185,11 @@ class OverlapAllGatherMatmul(RewritePass):
     def site_shape(self, ring, consumers: list[Consumer], shard: ir.Value,
                    sums: bool) -> cost.SiteShape:
         """What the cost model weighs: the ring's dots, shard and sums."""
-        ring_dots = [c.dot for c in consumers]
-        traffics = [traffic(c.dot, {c.gathered}) for c in consumers]
-        return cost.SiteShape(ring.size, sum(flops(dot) for dot in ring_dots),
-                              cost.element_name(ring_dots[0].operands[0].type.element_type),
-                              tensor_bytes(shard.type), plan_of(ring.size, self, sums),
-                              whole_bytes=sum(w for w, _ in traffics),
-                              sliced_bytes=sum(c for _, c in traffics),
-                              spans_all_devices=ring.spans_all_devices,
-                              sum_bytes=sum(tensor_bytes(c.acc_type) for c in consumers
-                                            if c.result_dim is None))
+        return rings.site_shape(ring, [(c.dot, {c.gathered}) for c in consumers],
+                                consumers[0].dot.operands[0].type.element_type, shard.type,
+                                plan_of(ring.size, self, sums),
+                                sum_bytes=sum(tensor_bytes(c.acc_type) for c in consumers
+                                              if c.result_dim is None))
 
     def summing_refusal(self, sums: bool) -> Unsupported | None:
         """Why a ring that sums is not built on TPU unless asked (None: it is)."""

@@ -42,8 +42,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.groups.collectives import Ring
-from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
-from overlap_hlo.ir.lookthrough import TRANSPARENT, producer, replay
+from overlap_hlo.ir.dots import DotDims, tensor_bytes
+from overlap_hlo.ir.lookthrough import VIEWS, producer, replay
 from overlap_hlo.ir.ops import as_op, defining_op
 from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.plan import cost
@@ -52,10 +52,8 @@ from overlap_hlo.rewrite import builders as b
 from overlap_hlo.rewrite.rewrite_pass import NoMatch, RewritePass, require_supported_types
 from overlap_hlo.rewrite.site import Match
 
+from . import rings
 from .matmul_reduce_scatter import summed_dots
-
-
-VIEWS = TRANSPARENT | {f"stablehlo.{name}" for name in ("reshape", "transpose", "convert")}
 
 
 @dataclass(frozen=True)
@@ -118,11 +116,9 @@ class OverlapAllToAllMatmul(RewritePass):
         x, y = exchange.operands[0].type, exchange.results[0].type
         require_supported_types(x, y, *(v.type for v in (*dot.operands, dot.results[0])))
         chunk = b.with_dim(x, split, x.shape[split] // count)
-        whole, sliced = traffic(dot, {operand for operand, _ in site.sliced})
-        shape = cost.SiteShape(ring.size, flops(dot), cost.element_name(x.element_type),
-                               tensor_bytes(chunk), _plan(ring.size), whole_bytes=whole,
-                               sliced_bytes=sliced, sum_bytes=tensor_bytes(
-                                   dot.results[0].type) if site.sums else 0.0)
+        sliced = {operand for operand, _ in site.sliced}
+        shape = rings.site_shape(ring, [(dot, sliced)], x.element_type, chunk, _plan(ring.size),
+                                 sum_bytes=tensor_bytes(dot.results[0].type) if site.sums else 0.0)
         detail = (f"{y} from chunks along dim {split} of {x}, concatenated on dim "
                   f"{concat} over groups of {ring.size}; {site.describe()}")
         refusal = None
@@ -203,8 +199,7 @@ class OverlapAllToAllMatmul(RewritePass):
             rewriter.erase_op(s.exchange)
 
     def _send(self, value, k, ring, scan):
-        return value if k == 0 else b.collective_permute(
-            value, ring.shift_pairs(-k), scan.new_channel() if ring.uses_channel else None)
+        return value if k == 0 else rings.shift(value, ring, -k, scan.new_channel)
 
     def _multiply_received(self, s, n, ring, position, scan) -> ir.Value:
         """Step k: send chunk (p + k) of the operand, multiply the one received."""

@@ -6,6 +6,7 @@ from jaxlib.mlir import ir
 from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.ir.ops import as_op
 from overlap_hlo.passes.gather_consumers import Consumer
+from overlap_hlo.passes.rings import options_plan, shift
 from overlap_hlo.plan.ring_plan import GATHER, RingPlan
 from overlap_hlo.plan.target_form import DEFAULT, TargetForm
 from overlap_hlo.rewrite import builders as b
@@ -16,18 +17,14 @@ def plan_of(n: int, options: RewritePass, sums: bool = False,
             bidirectional: bool | None = None) -> RingPlan:
     """The schedule `emit_loop` builds for a group of `n` with these options; `sums`:
     a consumer sums products (a contracting gathered dim)."""
-    if bidirectional is None:
-        bidirectional = bool(options.bidirectional)
     # Outside the TPU forms a ring that sums keeps one round per iteration unless asked
     # (XLA's GPU pipeline left unrolled ones' sends bare); the TPU forms (RingPlan
     # `tied_sums`) unroll, as one round per iteration copied the carried shards
     # (benchmarks/RESULTS.md).
     tied = options.form.tied_sums
     unroll = options.unroll if options.unroll_given or not sums or tied else 1
-    return RingPlan(GATHER, n, bidirectional, unroll, in_loop_sum=sums,
-                    single_trip_loop=options.single_trip_loop, tied_sums=tied,
-                    views_in_loop=options.views_in_loop,
-                    own_last=tied and options.own_shard_last)
+    return options_plan(GATHER, n, options, bidirectional, unroll=unroll, in_loop_sum=sums,
+                        tied_sums=tied, own_last=tied and options.own_shard_last)
 
 
 def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
@@ -72,9 +69,7 @@ class GatherRounds:
 
     def send(self, values: list[ir.Value]) -> list[ir.Value]:
         """Shift stream 0 down the ring and stream 1 up (each permute a fresh channel)."""
-        ring = self.ring
-        return [b.collective_permute(v, ring.shift_pairs(sign),
-                                     self.channels() if ring.uses_channel else None)
+        return [shift(v, self.ring, sign, self.channels)
                 for v, sign in zip(values, (+1, -1))]
 
     def step(self, k, shards, accs, invariants, shifts=None) -> list[ir.Value]:

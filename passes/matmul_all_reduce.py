@@ -34,7 +34,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.groups.collectives import Ring
-from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
+from overlap_hlo.ir.dots import DotDims, tensor_bytes
 from overlap_hlo.ir.lookthrough import (DOTS, dots_reading, producer, returned_by_program,
                                         users_through_views)
 from overlap_hlo.ir.ops import defining_op
@@ -46,6 +46,7 @@ from overlap_hlo.rewrite import builders as b
 from overlap_hlo.rewrite.rewrite_pass import NoMatch, require_supported_types
 from overlap_hlo.rewrite.site import Match
 
+from . import rings
 from .matmul_reduce_scatter import (OverlapMatmulReduceScatter, ScatterSite, is_add_reduction,
                                     summed_dots)
 
@@ -182,13 +183,9 @@ class GatherSide:
         dim, uses = _read_by_dots(reduce, ring.size)
         dots = [use.user for use in uses]
         block = b.with_dim(result_type, dim, result_type.shape[dim] // ring.size)
-        traffics = [traffic(use.user, {list(use.user.operands).index(use.value)})
-                    for use in uses]
-        shape = SiteShape(ring.size, sum(flops(dot) for dot in dots),
-                          cost.element_name(result_type.element_type), tensor_bytes(block),
-                          RingPlan(GATHER, ring.size), whole_bytes=sum(w for w, _ in traffics),
-                          sliced_bytes=sum(c for _, c in traffics),
-                          spans_all_devices=ring.spans_all_devices, priced_by=self.estimate)
+        sliced = [(use.user, {list(use.user.operands).index(use.value)}) for use in uses]
+        shape = rings.site_shape(ring, sliced, result_type.element_type, block,
+                                 RingPlan(GATHER, ring.size), priced_by=self.estimate)
         detail = (f"as a reduce_scatter on dim {dim} then an all_gather that "
                   f"{len(dots)} dot(s) read (overlap-all-gather-matmul makes it their "
                   f"ring; its operand is not a dot's result, so the reduce half stays "

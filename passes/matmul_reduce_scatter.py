@@ -28,21 +28,22 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.groups.collectives import Ring
-from overlap_hlo.ir.dots import DotDims, flops, tensor_bytes, traffic
+from overlap_hlo.ir.dots import DotDims
 from overlap_hlo.ir.lookthrough import View, producer, view_backward
 from overlap_hlo.ir.ops import as_op
 from overlap_hlo.ir.unsupported import Kind, Unsupported
+from overlap_hlo.passes import rings
 from overlap_hlo.passes.scatter_ring import emit_loop, plan_of
-from overlap_hlo.passes.scatter_sums import (VIEWS, is_add_reduction, other_readers,
-                                             refuse_without_dots, returned, scatter_fed_by,
-                                             sliced_prologues, summed_dots)
+from overlap_hlo.passes.scatter_sums import (is_add_reduction, other_readers, refuse_without_dots,
+                                             returned, scatter_fed_by, sliced_prologues,
+                                             summed_dots)
 from overlap_hlo.plan import cost
 from overlap_hlo.rewrite.rewrite_pass import RewritePass, require_supported_types
 from overlap_hlo.rewrite.site import Match, Record
 
-__all__ = ["VIEWS", "OverlapMatmulReduceScatter", "ScatterSite", "emit_loop",
-           "is_add_reduction", "plan_of", "returned", "scatter_fed_by", "shared_scatters",
-           "sliced_prologues", "summed_dots"]
+__all__ = ["OverlapMatmulReduceScatter", "ScatterSite", "emit_loop", "is_add_reduction",
+           "plan_of", "returned", "scatter_fed_by", "shared_scatters", "sliced_prologues",
+           "summed_dots"]
 
 
 @dataclass(frozen=True)
@@ -114,14 +115,10 @@ class OverlapMatmulReduceScatter(RewritePass):
     def site_shape(self, ring: Ring, dots: list[ir.Operation], dim: int,
                    result_type: ir.RankedTensorType, block: int) -> cost.SiteShape:
         """What the cost model weighs: the dots, the block each device ends with."""
-        traffics = [traffic(dot, {operand for operand, _ in DotDims.of(dot).result_source(dim)})
-                    for dot in dots]
-        return cost.SiteShape(ring.size, sum(flops(dot) for dot in dots),
-                              cost.element_name(dots[0].operands[0].type.element_type),
-                              tensor_bytes(result_type), plan_of(ring.size, self, block),
-                              whole_bytes=sum(w for w, _ in traffics),
-                              sliced_bytes=sum(c for _, c in traffics),
-                              spans_all_devices=ring.spans_all_devices)
+        sliced = [(dot, {operand for operand, _ in DotDims.of(dot).result_source(dim)})
+                  for dot in dots]
+        return rings.site_shape(ring, sliced, dots[0].operands[0].type.element_type,
+                                result_type, plan_of(ring.size, self, block))
 
     def emit(self, match, plan, ring, rewriter, scan) -> None:
         s = match.build

@@ -32,8 +32,6 @@ DEVICE_DEPENDENT = frozenset(f"stablehlo.{name}" for name in (
     "partition_id", "replica_id", "rng", "rng_bit_generator", "collective_permute",
     "collective_broadcast", "all_to_all", "reduce_scatter", "custom_call", "infeed",
     "outfeed", "send", "recv"))
-VIEWS = frozenset({"sdy.sharding_constraint", "stablehlo.convert", "stablehlo.transpose",
-                   "stablehlo.reshape"})
 MAX_PROOF_DEPTH = 256   # deeper operand chains are not proved the same on every device
 
 

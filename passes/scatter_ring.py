@@ -10,6 +10,7 @@ from overlap_hlo.ir.dots import DotDims
 from overlap_hlo.ir.lookthrough import View, replay
 from overlap_hlo.ir.ops import broadcast_source
 from overlap_hlo.passes.epilogue import block_type_for
+from overlap_hlo.passes.rings import options_plan, shift
 from overlap_hlo.plan.ring_plan import SCATTER, RingPlan
 from overlap_hlo.plan.target_form import DEFAULT, TargetForm
 from overlap_hlo.rewrite import builders as b
@@ -23,11 +24,8 @@ def plan_of(n: int, options: RewritePass, block: int = 2,
     round per loop iteration, whatever `unroll` says: the two chains copy no buffer,
     and in a second round of one iteration the TPU compiler split an add from its dot
     (the add then waited for a transfer)."""
-    if bidirectional is None:
-        bidirectional = bool(options.bidirectional)
-    return RingPlan(SCATTER, n, bidirectional, 1, chains=2 if block >= 2 else 1,
-                    single_trip_loop=options.single_trip_loop,
-                    views_in_loop=options.views_in_loop)
+    return options_plan(SCATTER, n, options, bidirectional, unroll=1,
+                        chains=2 if block >= 2 else 1)
 
 
 def emit_loop(dots: list[ir.Operation], addends: list[ir.Value], result_dim: int,
@@ -114,8 +112,7 @@ class ScatterRounds:
 
     def send(self, value: ir.Value, sign: int) -> ir.Value:
         """Shift an accumulator along its chain's direction (a fresh channel each)."""
-        return b.collective_permute(value, self.ring.shift_pairs(sign),
-                                    self.channels() if self.ring.uses_channel else None)
+        return shift(value, self.ring, sign, self.channels)
 
     def part(self, sign, step, extra, first, rows, invariants, product):
         """This device's share of rows first..first+rows of block p + sign*step + extra

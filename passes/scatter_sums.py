@@ -8,8 +8,8 @@ from jaxlib.mlir import ir
 
 from overlap_hlo.ir.dominance import after
 from overlap_hlo.ir.dots import DotDims
-from overlap_hlo.ir.lookthrough import (TRANSPARENT, View, add_leaves, only_transparent,
-                                        producer, view_backward)
+from overlap_hlo.ir.lookthrough import (RESHAPING_VIEWS, TRANSPARENT, View, add_leaves,
+                                        only_transparent, producer, view_backward)
 from overlap_hlo.ir.ops import as_op, defining_op
 from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.passes.epilogue import Epilogue, find_prologue
@@ -142,14 +142,10 @@ def returned(region_op: ir.Operation, value: ir.Value) -> list[ir.Value]:
             for region in regions]
 
 
-# Views (of shape or element type) a dot reaches an add of its sum through: reported.
-VIEWS = frozenset({"stablehlo.transpose", "stablehlo.reshape", "stablehlo.convert"})
-
-
 def _viewed_dot_in_sum(top: ir.Operation) -> bool:
     """Whether a leaf of the add tree `top` is a dot behind single-use views."""
     for inner in add_leaves(top):
-        while inner.name in VIEWS and len(list(inner.results[0].uses)) == 1 \
+        while inner.name in RESHAPING_VIEWS and len(list(inner.results[0].uses)) == 1 \
                 and isinstance(inner.operands[0], ir.OpResult):
             inner = as_op(inner.operands[0].owner)
             if inner.name == "stablehlo.dot_general":
@@ -162,8 +158,7 @@ def _dot_behind_reshapes(top: ir.Operation | None, limit: int = 8) -> str:
     transposes and converts from `top` back to a dot_general, or "" when the chain
     reaches no dot or holds only converts."""
     chain, op = [], top
-    while op is not None and len(chain) < limit and op.name in (
-            "stablehlo.reshape", "stablehlo.transpose", "stablehlo.convert"):
+    while op is not None and len(chain) < limit and op.name in RESHAPING_VIEWS:
         chain.append(op.name.removeprefix("stablehlo."))
         op = defining_op(op.operands[0])
     shaping = [name for name in chain if name != "convert"]

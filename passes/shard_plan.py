@@ -10,14 +10,14 @@ from jaxlib.mlir import ir
 from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.ir.dots import tensor_bytes
 from overlap_hlo.ir.locations import Where
-from overlap_hlo.ir.lookthrough import DOTS, users_through_views
+from overlap_hlo.ir.lookthrough import DOTS, VIEWS, users_through_views
 from overlap_hlo.ir.ops import as_op
 from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.rewrite.scan import ModuleScan
 
 from .carried_shard import Carried, can_carry_shard, loop_of_body
-from .row_rules import (ELEMENTWISE, SHAPE_OPS, VIEWS, carried_by_loop, groups_key,
-                        reaches_dot, row_rule)
+from .row_rules import (ELEMENTWISE, SHAPE_OPS, carried_by_loop, groups_key, reaches_dot,
+                        row_rule)
 from .same_everywhere import ValueFacts
 
 

@@ -33,6 +33,14 @@ from overlap_hlo.ir.dominance import callee, is_public
 from overlap_hlo.ir.ops import ELEMENTWISE, as_op, broadcast_source, varies_along
 
 TRANSPARENT = frozenset({"sdy.sharding_constraint"})
+# Views a value keeps its rows through, one operand each (those `view_backward` takes).
+VIEWS = TRANSPARENT | {"stablehlo.convert", "stablehlo.transpose", "stablehlo.reshape"}
+# VIEWS that change the shape or type: the ones a remark names (the transparent left out).
+RESHAPING_VIEWS = VIEWS - TRANSPARENT
+# VIEWS and the ops that cut or wrap a value (slices, barriers, custom calls): the
+# coverage report follows them from a gathered value to its dot, farther than a pass.
+COVERAGE_VIEWS = VIEWS | {"stablehlo.slice", "stablehlo.dynamic_slice",
+                          "stablehlo.optimization_barrier", "stablehlo.custom_call"}
 
 
 def _ints(attr: ir.Attribute) -> list[int]:
@@ -177,8 +185,7 @@ def users_through_views(root: ir.Value, dim: int) -> tuple[list[ViewedUse], list
 
 DOTS = frozenset({"stablehlo.dot_general", "stablehlo.dot"})
 # Ops a value reaches a dot through in the search below (views and their kin).
-PASSING = TRANSPARENT | {f"stablehlo.{name}" for name in (
-    "convert", "transpose", "reshape", "multiply", "dynamic_slice", "slice")}
+PASSING = VIEWS | {"stablehlo.multiply", "stablehlo.dynamic_slice", "stablehlo.slice"}
 # Region ops whose operand i is argument i of their region(s): the value crosses into it.
 INTO_REGION = {"stablehlo.while": (0, 1), "sdy.manual_computation": (0,)}
 

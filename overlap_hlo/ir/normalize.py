@@ -42,7 +42,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.ir.dominance import Callers, callee, is_uniform
-from overlap_hlo.ir.lookthrough import add_leaves, merged_dim, producer, users_through_views
+from overlap_hlo.ir.lookthrough import (DOTS, add_leaves, merged_dim, producer,
+                                        users_through_views)
 from overlap_hlo.ir.ops import ELEMENTWISE, as_op, defining_op
 
 BRANCHING = ("stablehlo.case", "stablehlo.if")
@@ -54,7 +55,6 @@ ROW_WISE = ELEMENTWISE | frozenset({"stablehlo.broadcast_in_dim", "stablehlo.tra
                                     "stablehlo.reshape", "stablehlo.reduce",
                                     "sdy.sharding_constraint"})
 MAX_ROW_WISE_OPS = 256   # ops followed from one collective's result
-DOTS = ("stablehlo.dot_general", "stablehlo.dot")
 # Rounds of call inlining (a layer's call of a call receives the value one round later).
 MAX_INLINE_ROUNDS = 16
 

@@ -17,7 +17,7 @@ from jaxlib.mlir import ir
 
 from overlap_hlo.ir.dominance import callee
 from overlap_hlo.ir.locations import Where
-from overlap_hlo.ir.lookthrough import DOTS
+from overlap_hlo.ir.lookthrough import COVERAGE_VIEWS, DOTS
 from overlap_hlo.ir.normalize import normalize
 from overlap_hlo.ir.ops import ELEMENTWISE, as_op
 from overlap_hlo.ir.unsupported import Kind
@@ -31,15 +31,11 @@ PASS_OF = {
 }
 FORWARD = ("stablehlo.all_gather", "stablehlo.all_to_all")
 BACKWARD = ("stablehlo.reduce_scatter", "stablehlo.all_reduce", "stablehlo.all_to_all")
-# Ops followed from a gathered value to its dot: views and what wraps values (a value
-# gathered, then combined with others elementwise, is no site: a bias vector's).
-VIEWS = frozenset({
-    "stablehlo.reshape", "stablehlo.transpose", "stablehlo.convert", "stablehlo.slice",
-    "stablehlo.dynamic_slice", "stablehlo.optimization_barrier", "sdy.sharding_constraint",
-    "stablehlo.custom_call"})
-# Ops followed from a dot to the collective that reduces it: views, elementwise ops and
+# Ops followed from a gathered value to its dot: COVERAGE_VIEWS, not elementwise ops (a
+# value gathered, then combined with others elementwise, is no site: a bias vector's).
+# Ops followed from a dot to the collective that reduces it: those, elementwise ops and
 # broadcasts (a sum's terms).
-NEAR = VIEWS | ELEMENTWISE | frozenset({"stablehlo.broadcast_in_dim"})
+NEAR = COVERAGE_VIEWS | ELEMENTWISE | frozenset({"stablehlo.broadcast_in_dim"})
 MAX_HOPS = 4        # ops between a collective and its dot
 MAX_VISITED = 256   # values looked at from one collective
 
@@ -144,7 +140,7 @@ def _nearest_dot(op: ir.Operation) -> tuple[ir.Operation, tuple[str, ...]] | Non
         for nxt, name in (_after(value) if forward else _before(value)):
             if name in DOTS:
                 return nxt, via
-            passing = VIEWS if forward else NEAR
+            passing = COVERAGE_VIEWS if forward else NEAR
             if len(via) < MAX_HOPS and (name in passing or name in ("func.call", "case")):
                 shown = via if name == "case" else (*via, name)
                 pending += [(v, shown, forward) for v in
