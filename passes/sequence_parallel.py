@@ -34,12 +34,12 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from overlap_hlo.ir.ops import as_op, contains
+from overlap_hlo.ir.ops import as_op
 from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.rewrite import builders as b
-from overlap_hlo.rewrite.rewrite_pass import restore, verification_error
+from overlap_hlo.rewrite.module_pass import ModulePass, verification_error
 from overlap_hlo.rewrite.scan import ModuleScan
-from overlap_hlo.rewrite.site import SiteLog
+from overlap_hlo.rewrite.site import Record, SiteLog
 
 from .carried_shard import carry_shard, gather_at_top
 from .row_rules import rows_of
@@ -49,7 +49,7 @@ __all__ = ["Component", "Gathered", "Move", "OverlapSequenceParallel"]
 
 
 @dataclass(frozen=True)
-class OverlapSequenceParallel:
+class OverlapSequenceParallel(ModulePass):
     """Move row-wise ops after an all_gather onto the shard, up to the next dot."""
 
     name: ClassVar[str] = "overlap-sequence-parallel"
@@ -57,56 +57,48 @@ class OverlapSequenceParallel:
     summary: ClassVar[str] = (
         "all_gather -> row-wise ops (residual add, norms, activations) -> dot: the ops "
         "run on the shard, the all_gather moves next to the dot")
+    # No options: nothing to decide, the bytes gathered never grow.
 
-    @classmethod
-    def options(cls) -> dict:
-        return {}   # nothing to decide: the bytes gathered never grow
-
-    @classmethod
-    def from_options(cls, options: dict[str, str], defaults: dict | None = None
-                     ) -> OverlapSequenceParallel:
-        for key in options:
-            raise ValueError(f"pass '{cls.name}' has no option '{key}' (it has none)")
-        return cls()
-
-    def run(self, module_op: ir.Operation, log: SiteLog) -> None:
-        if not contains(module_op, self.root.OPERATION_NAME):
-            return
+    def apply(self, module_op: ir.Operation, records: list[Record], broken: dict[int, str],
+              careful: bool, log: SiteLog) -> tuple[int, str] | None:
+        """Plan every block (no IR touched), then build the kept components, numbered
+        in order as the driver's sites."""
         scan = ModuleScan(module_op, "", log.input_name)
         blocks: dict[int, ir.Block] = {}
 
         def visit(op):
             if op.name == self.root.OPERATION_NAME:
-                block = op.block
-                blocks.setdefault(hash(block), block)
+                blocks.setdefault(hash(op.block), op.block)
             return ir.WalkResult.ADVANCE
 
         module_op.walk(visit)
-        records: list = []
+        notes: list = []   # (location, applied, facts), in the order they are found
         try:
             halves = {site.where for site in log.sites
                       if site.applied and site.pattern == "overlap-matmul-all-reduce"}
-            planned = [_Block(block, scan, records, halves) for block in blocks.values()]
+            planned = [_Block(block, scan, notes, halves) for block in blocks.values()]
             kept = [_carrying_shards(block, block.plan()) for block in planned]
         except Exception as err:   # noqa: BLE001 - nothing was touched: report and stop
-            log.add(module_op.location, self.name, False, **_internal(err))
-            return
-        kept = [(block, components) for block, components in kept if components]
-        if kept:
-            where = kept[0][1][0].seeds[0].location   # read before building erases it
-            snapshot = module_op.clone()
-            try:
-                for block, components in kept:
-                    for component in components:
+            records.append(Record(module_op.location, self.name, False, _internal(err)))
+            return None
+        number = 0
+        for block, components in kept:
+            for component in components:
+                if number in broken:
+                    notes.append((component.seeds[0].location, False,
+                                  _internal(broken[number])))
+                else:
+                    try:
                         block.build(component)
-                error = verification_error(module_op)
-            except Exception as err:   # noqa: BLE001 - the module goes back as it was
-                error = f"{type(err).__name__}: {err}"
-            if error is not None:
-                restore(module_op, snapshot)
-                records = [r for r in records if not r[1]] + [(where, False, _internal(error))]
-        for location, applied, facts in records:
-            log.add(location, self.name, applied, **facts)
+                    except Exception as err:   # noqa: BLE001 - the driver restores the module
+                        return number, f"{type(err).__name__}: {err}"
+                    error = verification_error(module_op) if careful else None
+                    if error is not None:
+                        return number, f"the rewritten module does not verify: {error}"
+                number += 1
+        records.extend(Record(where, self.name, applied, facts)
+                       for where, applied, facts in notes)
+        return None
 
 
 def _carrying_shards(block: _Block, components: list) -> tuple[_Block, list]:
@@ -132,8 +124,8 @@ def _internal(error) -> dict:
     if isinstance(error, Exception):
         error = f"{type(error).__name__}: {error}"
     return dict(kind=Kind.INTERNAL_ERROR, reason=(
-        f"internal error: moving ops onto the shard failed ({error}); the module is left "
-        "as it was (please report it)"))
+        f"internal error: moving ops onto the shard failed ({error}); these ops are left "
+        "as they were (please report it)"))
 
 
 class _Block(BlockPlan):

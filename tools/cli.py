@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 from overlap_hlo.api import BYTECODE_MAGIC, UTF8_BOM
 from overlap_hlo.rewrite.pipeline import registered_passes
-from overlap_hlo.rewrite.rewrite_pass import RewritePass, option_type
+from overlap_hlo.rewrite.module_pass import option_type
+from overlap_hlo.rewrite.rewrite_pass import RewritePass
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 STDIN_NAME = "<stdin>"

@@ -37,7 +37,7 @@ from overlap_hlo.plan import cost
 from overlap_hlo.plan.cost import PROFILES
 from overlap_hlo.plan.xla_flags import as_xla_flags, ring_options
 from overlap_hlo.rewrite.pipeline import PipelineError, build_pass_manager, registered_passes
-from overlap_hlo.rewrite.rewrite_pass import option_type
+from overlap_hlo.rewrite.module_pass import option_type
 from overlap_hlo.rewrite.site import Site, SiteLog, statistics
 
 from . import cli

@@ -19,7 +19,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.passmanager import PassManager
 
 from overlap_hlo.rewrite.coverage import PASS_OF, Coverage
-from overlap_hlo.rewrite.rewrite_pass import RewritePass
+from overlap_hlo.rewrite.module_pass import ModulePass
 from overlap_hlo.rewrite.site import SiteLog
 
 DEFAULT_PIPELINE = ("builtin.module(overlap-matmul-all-reduce,overlap-sequence-parallel,"
@@ -33,10 +33,10 @@ class PipelineError(ValueError):
     """Pipeline text that names an unknown pass or option, or is malformed."""
 
 
-_REGISTRY: dict[str, type[RewritePass]] = {}
+_REGISTRY: dict[str, type[ModulePass]] = {}
 
 
-def register(cls: type[RewritePass]) -> type[RewritePass]:
+def register(cls: type[ModulePass]) -> type[ModulePass]:
     """Make `cls` nameable in pipeline text (overlap_hlo.passes registers its passes)."""
     if _REGISTRY.get(cls.name, cls) is not cls:
         raise ValueError(f"two passes are named {cls.name}")
@@ -44,7 +44,7 @@ def register(cls: type[RewritePass]) -> type[RewritePass]:
     return cls
 
 
-def registered_passes() -> dict[str, type[RewritePass]]:
+def registered_passes() -> dict[str, type[ModulePass]]:
     """Pass name -> class, in registration order."""
     return dict(_REGISTRY)
 
@@ -242,7 +242,7 @@ def _step(function):
     return run
 
 
-def _runner(instance: RewritePass, log: SiteLog):
+def _runner(instance: ModulePass, log: SiteLog):
     def run(op, pass_):
         with op.context:
             instance.run(op, log)

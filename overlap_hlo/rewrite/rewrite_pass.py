@@ -16,8 +16,6 @@ pass; `run` applies it to each root op with MLIR's greedy driver.
 from __future__ import annotations
 
 import dataclasses
-import numbers
-import typing
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 
@@ -27,7 +25,6 @@ from overlap_hlo.ir import compat
 from overlap_hlo.ir.dots import tensor_bytes
 from overlap_hlo.ir.locations import Where
 from overlap_hlo.ir.normalize import normalize
-from overlap_hlo.ir.ops import contains
 from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.cost import SiteShape
@@ -35,6 +32,7 @@ from overlap_hlo.plan.ring_order import Links
 from overlap_hlo.plan.ring_plan import RingPlan
 from overlap_hlo.plan.target_form import TargetForm
 from overlap_hlo.rewrite import builders
+from overlap_hlo.rewrite.module_pass import ModulePass, verification_error
 from overlap_hlo.rewrite.scan import ModuleScan
 from overlap_hlo.rewrite.site import Decision, Match, Outcome, Record, SiteLog
 
@@ -49,32 +47,12 @@ class NoMatch(Exception):
     """The root op is not a site of this pass."""
 
 
-def verification_error(op: ir.Operation) -> str | None:
-    """What the verifier says of `op`, or None when it verifies."""
-    try:
-        op.verify()
-    except ir.MLIRError as err:
-        return "; ".join(str(d.message) for d in err.error_diagnostics) or str(err)
-    return None
-
-
-def restore(module_op: ir.Operation, snapshot: ir.Operation) -> None:
-    """Replace the body of `module_op` with a copy of `snapshot`'s."""
-    body = module_op.regions[0].blocks[0]
-    for op in list(body.operations):
-        op.erase()
-    copy = snapshot.clone()
-    for op in list(copy.regions[0].blocks[0].operations):
-        op.detach_from_parent()
-        ir.InsertionPoint(body).insert(op)
-
-
 def mib(tensor_type: ir.RankedTensorType) -> float:
     return tensor_bytes(tensor_type) / 2**20
 
 
 @dataclass(frozen=True)
-class RewritePass:
+class RewritePass(ModulePass):
     """Options shared by the overlap passes. Each field is declared once here: its help,
     and how its command-line flag parses (`metavar`, `minimum`, `choices`; `flag`:
     False when no flag sets it); tools/cli.py makes the flags from these."""
@@ -153,9 +131,7 @@ class RewritePass:
     composite_note: ClassVar[str] = ""   # ends the detail of a site settled first
 
     def __post_init__(self):
-        for f in dataclasses.fields(self):
-            if f.init and getattr(self, f.name) is not None:
-                object.__setattr__(self, f.name, self._typed(f, getattr(self, f.name)))
+        super().__post_init__()
         object.__setattr__(self, "profile",
                            self.hardware or cost.hardware(DEFAULT_PREDICTION_PROFILE))
         if self.threshold_mib is not None and not self.threshold_mib >= 0:  # rejects nan
@@ -217,68 +193,6 @@ class RewritePass:
         views_in_loop): the TPU compiler then fuses the slice into each dot instead of
         copying a scanned layer's weight out of the stack before the loop."""
         return self.form.views_in_loop
-
-    @classmethod
-    def options(cls) -> dict[str, dataclasses.Field]:
-        return {f.name.replace("_", "-"): f for f in dataclasses.fields(cls) if f.init}
-
-    @classmethod
-    def from_options(cls, options: dict[str, str], defaults: dict | None = None
-                     ) -> RewritePass:
-        """Build from pipeline-text `options` over typed `defaults` (Python names: the
-        ones this pass has are used); raises ValueError on a bad option."""
-        known = cls.options()
-        values = {f.name: defaults[f.name] for f in known.values()
-                  if defaults and f.name in defaults}
-        for key, text in options.items():
-            if key not in known:
-                raise ValueError(f"pass '{cls.name}' has no option '{key}' "
-                                 f"(options: {', '.join(known)})")
-            values[known[key].name] = cls._parsed(known[key], text)
-        return cls(**values)
-
-    @classmethod
-    def _parsed(cls, f: dataclasses.Field, text: str):
-        """Option `f`'s value written as `text`; ValueError naming the pass."""
-        parse = f.metadata.get("parse")
-        if parse is None:
-            return _convert(f, option_type(cls, f.name), text, cls.name)
-        if not text:
-            return None   # unset
-        try:
-            return parse(text)
-        except (OSError, TypeError, ValueError) as err:
-            named = f"{f.name.replace('_', '-')}: " if f.metadata.get("errors_named") else ""
-            raise ValueError(f"pass '{cls.name}': {named}{err}") from None
-
-    @classmethod
-    def _typed(cls, f: dataclasses.Field, value):
-        """Option `f`'s `value` as its type: text parsed, numbers converted; ValueError
-        for a value of another type."""
-        kind = option_type(cls, f.name)
-        if isinstance(value, str) and kind is not str:
-            return cls._parsed(f, value)
-        if kind in (int, float) and isinstance(value, numbers.Real) and \
-                not isinstance(value, bool) and (kind is float or float(value).is_integer()):
-            return kind(value)
-        if not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool):
-            raise ValueError(f"pass '{cls.name}': option '{f.name.replace('_', '-')}' "
-                             f"expects {kind.__name__}, got {type(value).__name__} {value!r}")
-        return value
-
-    @classmethod
-    def option_text(cls, name: str, value) -> str:
-        """Option `name`'s typed `value` as pipeline text (`_parsed`'s inverse)."""
-        if isinstance(value, bool):
-            return str(value).lower()
-        if isinstance(value, Links):
-            return value.text()
-        if isinstance(value, cost.Hardware):
-            if cost.PROFILES.get(value.name) != value:
-                raise ValueError(f"hardware profile '{value.name}' is not built in: "
-                                 "name its .json file in pipeline text")
-            return value.name
-        return str(value)
 
     def match(self, op, scan: ModuleScan, settled: list[Outcome] | None = None) -> Match:
         """The site rooted at `op`, or NoMatch / Unsupported. `settled`: the outcomes of
@@ -358,42 +272,15 @@ class RewritePass:
         records.extend(match.others)
         return Outcome(location, built=True)
 
-    def run(self, module_op: ir.Operation, log: SiteLog) -> None:
-        """Apply this pass's pattern to `module_op` with MLIR's greedy driver.
-
-        A site whose rewrite raises an error or leaves IR that does not verify is left
-        unchanged and reported as an internal error: the pass starts over from a copy
-        of the module taken before it ran, without that site (and, after a module that
-        did not verify, verifying after every site to find the one to blame)."""
-        if not contains(module_op, self.root.OPERATION_NAME):
-            return             # no root op: the module's walks below are not needed
+    def prepare(self, module_op: ir.Operation) -> None:
         normalize(module_op)   # identical branches inlined, legacy dots as dot_general
-        snapshot = module_op.clone()
-        broken: dict[int, str] = {}            # site number -> why its rewrite failed
-        careful = False
-        while True:
-            records: list[Record] = []   # logged when the run succeeds
-            failure = self._apply(module_op, records, broken, careful, log.input_name)
-            if failure is None:
-                error = verification_error(module_op)
-                if error is None:
-                    for record in records:
-                        log.add(record.location, record.pattern, record.applied,
-                                **record.facts)
-                    return
-                if careful:   # every site verified: something else broke the module
-                    raise RuntimeError(f"{self.name}: the module does not verify: {error}")
-                careful = True
-            else:
-                broken[failure[0]] = failure[1]
-            restore(module_op, snapshot)
 
-    def _apply(self, module_op: ir.Operation, records: list, broken: dict[int, str],
-               careful: bool, input_name: str | None) -> tuple[int, str] | None:
+    def apply(self, module_op: ir.Operation, records: list, broken: dict[int, str],
+              careful: bool, log: SiteLog) -> tuple[int, str] | None:
         """One greedy run, recording each site's fate in `records`; returns (site number,
         error) for the first site whose rewrite raised (or, when `careful`, left the
         module invalid), after which the run stops rewriting. `broken` sites are skipped."""
-        scan = ModuleScan(module_op, self.root.OPERATION_NAME, input_name)
+        scan = ModuleScan(module_op, self.root.OPERATION_NAME, log.input_name)
         # Root ops already decided in this run: the greedy driver revisits an op whose
         # neighbours changed (an all_gather kept for other readers, a site left
         # unchanged), and each site gets one decision and one record. Keys are the
@@ -402,7 +289,7 @@ class RewritePass:
         named = self.hardware is not None
         failure: list[tuple[int, str]] = []
 
-        def log(location, applied: bool, pattern: str = self.name, **facts) -> None:
+        def note(location, applied: bool, pattern: str = self.name, **facts) -> None:
             records.append(Record(location, pattern, applied,
                                   dict(facts, profile_named=named)))
 
@@ -414,7 +301,7 @@ class RewritePass:
             location = op.location  # read before the rewrite erases `op`
             number = scan.numbers.get(key, -1)
             if number in broken:
-                log(location, False, kind=Kind.INTERNAL_ERROR, reason=(
+                note(location, False, kind=Kind.INTERNAL_ERROR, reason=(
                     f"internal error: its rewrite failed ({broken[number]}); the site is "
                     "valid input, left as it was (please report it)"))
                 return True
@@ -426,7 +313,7 @@ class RewritePass:
                 except NoMatch:
                     return True
                 except Unsupported as reason:
-                    log(location, False, reason=str(reason), kind=reason.kind,
+                    note(location, False, reason=str(reason), kind=reason.kind,
                         detail=reason.detail, estimate=reason.estimate, dots=reason.dots)
                     return True
                 except Exception as err:   # noqa: BLE001 - any failure leaves the site as it was
@@ -436,13 +323,13 @@ class RewritePass:
                 if error is not None:
                     failure.append((number, f"the rewritten module does not verify: {error}"))
                     return False
-                log(location, True, detail=match.detail, estimate=decision.estimate,
+                note(location, True, detail=match.detail, estimate=decision.estimate,
                     rule=decision.rule, rings=decision.rings, dots=match.dots)
                 first.extend(match.others)
                 return False  # the bindings read a falsy result as "matched and rewrote"
             finally:
                 for record in first:
-                    log(record.location, record.applied, record.pattern, **record.facts)
+                    note(record.location, record.applied, record.pattern, **record.facts)
 
         patterns = compat.RewritePatternSet()
         patterns.add(self.root, pattern)
@@ -512,25 +399,6 @@ class RewritePass:
             chosen = (f", {'two streams' if estimate.plan.streams == 2 else 'one stream'} "
                       "(the faster form)")
         return Decision(estimate, f"the cost model for {profile.name}{chosen}")
-
-
-def _convert(f: dataclasses.Field, kind: type, text: str, pass_name: str):
-    try:
-        if kind is bool:
-            if text.lower() not in ("true", "false", "1", "0"):
-                raise ValueError(text)
-            return text.lower() in ("true", "1")
-        return kind(text)
-    except ValueError:
-        raise ValueError(f"pass '{pass_name}': option '{f.name.replace('_', '-')}' "
-                         f"expects {kind.__name__}, got '{text}'") from None
-
-
-def option_type(cls: type, name: str) -> type:
-    """The type of option `name` of pass `cls` (`X | None` read as X)."""
-    hint = typing.get_type_hints(cls)[name]
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    return args[0] if args else hint
 
 
 def names_position(listed: str, location: ir.Location, input_name: str | None = None) -> bool:

@@ -1,0 +1,179 @@
+"""The base of every overlap pass (`ModulePass`): options declared once as dataclass
+fields, typed from the caller to the pass, and a run that never leaves a broken module.
+
+A pass's options are its init fields: each field's metadata carries its help and how its
+text parses (`parse`, else by its type; `metavar`, `minimum`, `choices`, `flag` for the
+command line). Pipeline text (`threshold-mib=0`) and Python values (`threshold_mib=0`,
+a `Hardware`, a `Links`) both end as the field's type.
+
+`run` snapshots the module, lets the pass `apply` its sites one by one, and verifies the
+result. A site whose rewrite raises or leaves the module invalid is left unchanged and
+reported as an internal error: the pass starts over from the snapshot without it (after
+a module that did not verify, verifying after every site to find the one to blame).
+"""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import typing
+from dataclasses import dataclass
+from typing import ClassVar
+
+from jaxlib.mlir import ir
+
+from overlap_hlo.ir.ops import contains
+from overlap_hlo.plan import cost
+from overlap_hlo.plan.ring_order import Links
+from overlap_hlo.rewrite.site import Record, SiteLog
+
+
+@dataclass(frozen=True)
+class ModulePass:
+    """A pass over a module, rooted at ops of type `root`; its options are its fields."""
+
+    name: ClassVar[str] = ""
+    root: ClassVar[type] = object
+    summary: ClassVar[str] = ""
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            if f.init and getattr(self, f.name) is not None:
+                object.__setattr__(self, f.name, self._typed(f, getattr(self, f.name)))
+
+    @classmethod
+    def options(cls) -> dict[str, dataclasses.Field]:
+        return {f.name.replace("_", "-"): f for f in dataclasses.fields(cls) if f.init}
+
+    @classmethod
+    def from_options(cls, options: dict[str, str], defaults: dict | None = None
+                     ) -> ModulePass:
+        """Build from pipeline-text `options` over typed `defaults` (Python names: the
+        ones this pass has are used); raises ValueError on a bad option."""
+        known = cls.options()
+        values = {f.name: defaults[f.name] for f in known.values()
+                  if defaults and f.name in defaults}
+        for key, text in options.items():
+            if key not in known:
+                listed = f"options: {', '.join(known)}" if known else "it has none"
+                raise ValueError(f"pass '{cls.name}' has no option '{key}' ({listed})")
+            values[known[key].name] = cls._parsed(known[key], text)
+        return cls(**values)
+
+    @classmethod
+    def _parsed(cls, f: dataclasses.Field, text: str):
+        """Option `f`'s value written as `text`; ValueError naming the pass."""
+        parse = f.metadata.get("parse")
+        if parse is None:
+            return _convert(f, option_type(cls, f.name), text, cls.name)
+        if not text:
+            return None   # unset
+        try:
+            return parse(text)
+        except (OSError, TypeError, ValueError) as err:
+            named = f"{f.name.replace('_', '-')}: " if f.metadata.get("errors_named") else ""
+            raise ValueError(f"pass '{cls.name}': {named}{err}") from None
+
+    @classmethod
+    def _typed(cls, f: dataclasses.Field, value):
+        """Option `f`'s `value` as its type: text parsed, numbers converted; ValueError
+        for a value of another type."""
+        kind = option_type(cls, f.name)
+        if isinstance(value, str) and kind is not str:
+            return cls._parsed(f, value)
+        if kind in (int, float) and isinstance(value, numbers.Real) and \
+                not isinstance(value, bool) and (kind is float or float(value).is_integer()):
+            return kind(value)
+        if not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool):
+            raise ValueError(f"pass '{cls.name}': option '{f.name.replace('_', '-')}' "
+                             f"expects {kind.__name__}, got {type(value).__name__} {value!r}")
+        return value
+
+    @classmethod
+    def option_text(cls, name: str, value) -> str:
+        """Option `name`'s typed `value` as pipeline text (`_parsed`'s inverse)."""
+        if isinstance(value, bool):
+            return str(value).lower()
+        if isinstance(value, Links):
+            return value.text()
+        if isinstance(value, cost.Hardware):
+            if cost.PROFILES.get(value.name) != value:
+                raise ValueError(f"hardware profile '{value.name}' is not built in: "
+                                 "name its .json file in pipeline text")
+            return value.name
+        return str(value)
+
+    def prepare(self, module_op: ir.Operation) -> None:
+        """What the pass does to the module before its snapshot (kept on failure)."""
+
+    def apply(self, module_op: ir.Operation, records: list[Record], broken: dict[int, str],
+              careful: bool, log: SiteLog) -> tuple[int, str] | None:
+        """Rewrite the module's sites, recording each one's fate in `records`; returns
+        (site number, error) for the first site whose rewrite raised (or, when
+        `careful`, left the module invalid), after which it stops rewriting. `broken`
+        sites (number -> error) are left as they are and recorded as internal errors. `log`:
+        the sites earlier passes logged, and the input's name."""
+        raise NotImplementedError
+
+    def run(self, module_op: ir.Operation, log: SiteLog) -> None:
+        """Apply this pass to `module_op` and log its sites; see the module's doc."""
+        if not contains(module_op, self.root.OPERATION_NAME):
+            return             # no root op: nothing to snapshot
+        self.prepare(module_op)
+        snapshot = module_op.clone()
+        broken: dict[int, str] = {}
+        careful = False
+        while True:
+            records: list[Record] = []   # logged when the run succeeds
+            failure = self.apply(module_op, records, broken, careful, log)
+            if failure is None:
+                error = verification_error(module_op)
+                if error is None:
+                    for record in records:
+                        log.add(record.location, record.pattern, record.applied,
+                                **record.facts)
+                    return
+                if careful:   # every site verified: something else broke the module
+                    raise RuntimeError(f"{self.name}: the module does not verify: {error}")
+                careful = True
+            else:
+                broken[failure[0]] = failure[1]
+            restore(module_op, snapshot)
+
+
+def _convert(f: dataclasses.Field, kind: type, text: str, pass_name: str):
+    try:
+        if kind is bool:
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1")
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"pass '{pass_name}': option '{f.name.replace('_', '-')}' "
+                         f"expects {kind.__name__}, got '{text}'") from None
+
+
+def option_type(cls: type, name: str) -> type:
+    """The type of option `name` of pass `cls` (`X | None` read as X)."""
+    hint = typing.get_type_hints(cls)[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+def verification_error(op: ir.Operation) -> str | None:
+    """What the verifier says of `op`, or None when it verifies."""
+    try:
+        op.verify()
+    except ir.MLIRError as err:
+        return "; ".join(str(d.message) for d in err.error_diagnostics) or str(err)
+    return None
+
+
+def restore(module_op: ir.Operation, snapshot: ir.Operation) -> None:
+    """Replace the body of `module_op` with a copy of `snapshot`'s."""
+    body = module_op.regions[0].blocks[0]
+    for op in list(body.operations):
+        op.erase()
+    copy = snapshot.clone()
+    for op in list(copy.regions[0].blocks[0].operations):
+        op.detach_from_parent()
+        ir.InsertionPoint(body).insert(op)
