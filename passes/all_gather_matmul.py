@@ -56,7 +56,7 @@ from overlap_hlo.passes.gather_site import (GatherSite, consumers_detail, epilog
 from overlap_hlo.passes.matmul_reduce_scatter import OverlapMatmulReduceScatter, scatter_fed_by
 from overlap_hlo.plan import cost
 from overlap_hlo.rewrite.rewrite_pass import NoMatch, RewritePass
-from overlap_hlo.rewrite.site import Match, Outcome, Record
+from overlap_hlo.rewrite.site import Match, Outcome, Site
 
 __all__ = ["Assembly", "Consumer", "Fused", "GatherSite", "OverlapAllGatherMatmul",
            "accumulator_type", "emit_loop", "narrow_range", "plan_of"]
@@ -114,7 +114,7 @@ class OverlapAllGatherMatmul(RewritePass):
         return found
 
     def settled_scatters(self, gather: ir.Operation, settled: list[Outcome], scan
-                         ) -> tuple[bool, list[str], list[Record]]:
+                         ) -> tuple[bool, list[str], list[Site]]:
         """Whether a scatter ring was built, notes for the remark, and the records of the
         scatters left unchanged, which are this site's to report only if its ring
         replaces their dots (otherwise the reduce_scatter pass meets them)."""
@@ -127,17 +127,18 @@ class OverlapAllGatherMatmul(RewritePass):
                 built = True
             elif outcome.reason is not None:
                 reason = outcome.reason
-                pending.append(Record(outcome.location, name, False, dict(
-                    reason=str(reason), kind=reason.kind, detail=reason.detail,
-                    estimate=reason.estimate, dots=reason.dots)))
+                pending.append(Site.of(
+                    outcome.location, scan.input_name, name, False, reason=str(reason),
+                    kind=reason.kind, detail=reason.detail, estimate=reason.estimate,
+                    dots=reason.dots))
                 notes.append(f"its dot feeds the reduce_scatter at {where}, which keeps its "
                              f"collective ({reason.kind or reason})")
             elif outcome.skipped:   # the scatter dim is the gathered dim
                 reason = ("the scatter dim is the gathered dim: its ring would read blocks "
                           f"of the gathered dim; its dot is decomposed by the all_gather "
                           f"ring at {scan.where(gather.location)} instead")
-                pending.append(Record(outcome.location, name, False, dict(
-                    reason=reason, kind=Kind.SCATTER_DIM_GATHERED)))
+                pending.append(Site.of(outcome.location, scan.input_name, name, False,
+                                       reason=reason, kind=Kind.SCATTER_DIM_GATHERED))
                 notes.append(f"its dot feeds the reduce_scatter at {where}, which keeps its "
                              "collective (the scatter dim is the gathered dim)")
         return built, notes, pending

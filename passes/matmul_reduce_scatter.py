@@ -39,7 +39,7 @@ from overlap_hlo.passes.scatter_sums import (is_add_reduction, other_readers, re
                                              summed_dots)
 from overlap_hlo.plan import cost
 from overlap_hlo.rewrite.rewrite_pass import RewritePass, require_supported_types
-from overlap_hlo.rewrite.site import Match, Record
+from overlap_hlo.rewrite.site import Match, Site
 
 __all__ = ["OverlapMatmulReduceScatter", "ScatterSite", "emit_loop", "is_add_reduction",
            "plan_of", "returned", "scatter_fed_by", "shared_scatters", "sliced_prologues",
@@ -173,7 +173,7 @@ class ScatterSite:
     sum_read: bool = False        # the readers read the sum (dots and added terms)
 
 
-def shared_scatters(dot: ir.Operation, scatter: ir.Operation, scan) -> list[Record]:
+def shared_scatters(dot: ir.Operation, scatter: ir.Operation, scan) -> list[Site]:
     """A record for every other reduce_scatter of `dot`'s product: the ring of `scatter`
     computes the dot once and assembles it; a second ring would compute it again."""
     records, where = [], scan.where(scatter.location)
@@ -183,11 +183,12 @@ def shared_scatters(dot: ir.Operation, scatter: ir.Operation, scan) -> list[Reco
                 and len(list(user.results[0].uses)) == 1 and view_backward(user, 0) is not None:
             user = as_op(next(iter(user.results[0].uses)).owner)
         if user.name == "stablehlo.reduce_scatter" and user != scatter:
-            records.append(Record(user.location, OverlapMatmulReduceScatter.name, False, dict(
+            records.append(Site.of(
+                user.location, scan.input_name, OverlapMatmulReduceScatter.name, False,
                 reason=(f"its dot also feeds the reduce_scatter at {where}, whose ring "
                         "computes the dot once and assembles its product for this one: a ring "
                         "of its own would compute the dot a second time"),
-                kind=Kind.SHARED_DOT)))
+                kind=Kind.SHARED_DOT))
     return records
 
 

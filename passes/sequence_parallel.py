@@ -39,7 +39,7 @@ from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.rewrite import builders as b
 from overlap_hlo.rewrite.module_pass import ModulePass, verification_error
 from overlap_hlo.rewrite.scan import ModuleScan
-from overlap_hlo.rewrite.site import Record, SiteLog
+from overlap_hlo.rewrite.site import Site, SiteLog
 
 from .carried_shard import carry_shard, gather_at_top
 from .row_rules import rows_of
@@ -59,7 +59,7 @@ class OverlapSequenceParallel(ModulePass):
         "run on the shard, the all_gather moves next to the dot")
     # No options: nothing to decide, the bytes gathered never grow.
 
-    def apply(self, module_op: ir.Operation, records: list[Record], broken: dict[int, str],
+    def apply(self, module_op: ir.Operation, records: list[Site], broken: dict[int, str],
               careful: bool, log: SiteLog) -> tuple[int, str] | None:
         """Plan every block (no IR touched), then build the kept components, numbered
         in order as the driver's sites."""
@@ -79,7 +79,8 @@ class OverlapSequenceParallel(ModulePass):
             planned = [_Block(block, scan, notes, halves) for block in blocks.values()]
             kept = [_carrying_shards(block, block.plan()) for block in planned]
         except Exception as err:   # noqa: BLE001 - nothing was touched: report and stop
-            records.append(Record(module_op.location, self.name, False, _internal(err)))
+            records.append(Site.of(module_op.location, log.input_name, self.name, False,
+                                   **_internal(err)))
             return None
         number = 0
         for block, components in kept:
@@ -96,7 +97,7 @@ class OverlapSequenceParallel(ModulePass):
                     if error is not None:
                         return number, f"the rewritten module does not verify: {error}"
                 number += 1
-        records.extend(Record(where, self.name, applied, facts)
+        records.extend(Site.of(where, log.input_name, self.name, applied, **facts)
                        for where, applied, facts in notes)
         return None
 

@@ -196,15 +196,14 @@ def format_statistics(sites: list[Site]) -> str:
 
 @dataclass
 class ReportingSiteLog(SiteLog):
-    """A SiteLog that also hands every new site, with its location, to `report`."""
+    """A SiteLog that also hands every new site to `report`."""
 
-    report: Callable[[Site, ir.Location], None] | None = None
+    report: Callable[[Site], None] | None = None
 
-    def add(self, location: ir.Location, pattern: str, applied: bool, **facts) -> None:
-        count = len(self.sites)
-        super().add(location, pattern, applied, **facts)
-        if len(self.sites) > count and self.report is not None:
-            self.report(self.sites[-1], location)
+    def add(self, site: Site) -> None:
+        super().add(site)
+        if self.report is not None:
+            self.report(site)
 
 
 @dataclass(frozen=True)
@@ -444,9 +443,9 @@ class Driver:
             return False
         return True
 
-    def _on_site(self, site: Site, location: ir.Location) -> None:
-        self.diagnostics.append(Diagnostic("remark", site.message(), site.location,
-                                           self._line(location)))
+    def _on_site(self, site: Site) -> None:
+        line = site.where.line if site.where.file == self.input_name else None
+        self.diagnostics.append(Diagnostic("remark", site.message(), site.location, line))
 
     def _print_diagnostic(self, diagnostic: Diagnostic) -> None:
         say(diagnostic.format())

@@ -24,7 +24,7 @@ from jaxlib.mlir import ir
 from overlap_hlo.ir.ops import contains
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.ring_order import Links
-from overlap_hlo.rewrite.site import Record, SiteLog
+from overlap_hlo.rewrite.site import Site, SiteLog
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class ModulePass:
     def prepare(self, module_op: ir.Operation) -> None:
         """What the pass does to the module before its snapshot (kept on failure)."""
 
-    def apply(self, module_op: ir.Operation, records: list[Record], broken: dict[int, str],
+    def apply(self, module_op: ir.Operation, records: list[Site], broken: dict[int, str],
               careful: bool, log: SiteLog) -> tuple[int, str] | None:
         """Rewrite the module's sites, recording each one's fate in `records`; returns
         (site number, error) for the first site whose rewrite raised (or, when
@@ -123,14 +123,13 @@ class ModulePass:
         broken: dict[int, str] = {}
         careful = False
         while True:
-            records: list[Record] = []   # logged when the run succeeds
+            records: list[Site] = []   # logged when the run succeeds
             failure = self.apply(module_op, records, broken, careful, log)
             if failure is None:
                 error = verification_error(module_op)
                 if error is None:
-                    for record in records:
-                        log.add(record.location, record.pattern, record.applied,
-                                **record.facts)
+                    for site in records:
+                        log.add(site)
                     return
                 if careful:   # every site verified: something else broke the module
                     raise RuntimeError(f"{self.name}: the module does not verify: {error}")

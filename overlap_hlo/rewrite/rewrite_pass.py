@@ -34,7 +34,7 @@ from overlap_hlo.plan.target_form import TargetForm
 from overlap_hlo.rewrite import builders
 from overlap_hlo.rewrite.module_pass import ModulePass, verification_error
 from overlap_hlo.rewrite.scan import ModuleScan
-from overlap_hlo.rewrite.site import Decision, Match, Outcome, Record, SiteLog
+from overlap_hlo.rewrite.site import Decision, Match, Outcome, Site, SiteLog
 
 DEFAULT_THRESHOLD_MIB = 1.0
 # Ring rounds per loop iteration: rounds that fill no iteration are emitted inline,
@@ -208,7 +208,7 @@ class RewritePass(ModulePass):
         """The dots beside the collective `op` (named in a site left unchanged)."""
         return []
 
-    def settle(self, op, rewriter, scan: ModuleScan, settled_first: list[Record]
+    def settle(self, op, rewriter, scan: ModuleScan, settled_first: list[Site]
                ) -> tuple[Match, Decision]:
         """match -> plan -> decide -> reserve channels -> emit for the site at `op`;
         raises NoMatch or Unsupported before any IR is touched (unless sites it settles
@@ -221,7 +221,7 @@ class RewritePass(ModulePass):
                 reason.dots = [dot.location for dot in self.dots_beside(op.operation)]
             raise
 
-    def _settle(self, op, rewriter, scan: ModuleScan, settled_first: list[Record]
+    def _settle(self, op, rewriter, scan: ModuleScan, settled_first: list[Site]
                 ) -> tuple[Match, Decision]:
         refuse_zero_size(op.operation)
         if self.keep_sites and names_position(self.keep_sites, op.location, scan.input_name):
@@ -253,7 +253,7 @@ class RewritePass(ModulePass):
         self.emit(match, plan, ring, rewriter, scan)
         return match, dataclasses.replace(decision, rings=match.loops)
 
-    def _settle_first(self, owner, root, rewriter, scan, records: list[Record]) -> Outcome:
+    def _settle_first(self, owner, root, rewriter, scan, records: list[Site]) -> Outcome:
         """Settle `root` with pass `owner` (None: leave it) before this composite site;
         its record's detail ends with this pass's `composite_note`."""
         location = root.location   # read before the rewrite erases `root`
@@ -266,9 +266,10 @@ class RewritePass(ModulePass):
             return Outcome(location)
         except Unsupported as reason:
             return Outcome(location, reason=reason)
-        records.append(Record(location, owner.name, True, dict(
-            detail=match.detail + self.composite_note, estimate=decision.estimate,
-            rule=decision.rule, rings=decision.rings, dots=match.dots)))
+        records.append(Site.of(location, scan.input_name, owner.name, True,
+                               detail=match.detail + self.composite_note,
+                               estimate=decision.estimate, rule=decision.rule,
+                               rings=decision.rings, dots=match.dots))
         records.extend(match.others)
         return Outcome(location, built=True)
 
@@ -290,8 +291,8 @@ class RewritePass(ModulePass):
         failure: list[tuple[int, str]] = []
 
         def note(location, applied: bool, pattern: str = self.name, **facts) -> None:
-            records.append(Record(location, pattern, applied,
-                                  dict(facts, profile_named=named)))
+            records.append(Site.of(location, log.input_name, pattern, applied,
+                                   profile_named=named, **facts))
 
         def pattern(op, rewriter):
             key = hash(op.operation)
@@ -305,7 +306,7 @@ class RewritePass(ModulePass):
                     f"internal error: its rewrite failed ({broken[number]}); the site is "
                     "valid input, left as it was (please report it)"))
                 return True
-            first: list[Record] = []   # sites settled before this one: logged after it
+            first: list[Site] = []   # sites settled before this one: logged after it
             try:
                 try:
                     with location, builders.shared_scalars():
@@ -328,8 +329,7 @@ class RewritePass(ModulePass):
                 first.extend(match.others)
                 return False  # the bindings read a falsy result as "matched and rewrote"
             finally:
-                for record in first:
-                    note(record.location, record.applied, record.pattern, **record.facts)
+                records.extend(dataclasses.replace(site, profile_named=named) for site in first)
 
         patterns = compat.RewritePatternSet()
         patterns.add(self.root, pattern)

@@ -33,6 +33,14 @@ class Site:
         if not isinstance(self.kind, Kind):
             raise TypeError(f"a Site's kind is a Kind, got {self.kind!r}")
 
+    @classmethod
+    def of(cls, location: ir.Location, input_name: str | None, pattern: str, applied: bool,
+           *, dots=(), **facts) -> Site:
+        """The site of the collective at `location` and its `dots` (MLIR locations), the
+        parser's file "-" named `input_name`."""
+        return cls(Where.of(location, input_name), pattern, applied,
+                   dots=tuple(Where.of(dot, input_name) for dot in dots), **facts)
+
     @property
     def counted_as(self) -> str:
         """What statistics and summaries count it under: its kind, else its reason."""
@@ -86,10 +94,8 @@ class SiteLog:
     sites: list[Site] = field(default_factory=list)
     input_name: str | None = None
 
-    def add(self, location: ir.Location, pattern: str, applied: bool, **facts) -> None:
-        dots = tuple(Where.of(dot, self.input_name) for dot in facts.pop("dots", ()))
-        self.sites.append(Site(Where.of(location, self.input_name), pattern, applied,
-                               dots=dots, **facts))
+    def add(self, site: Site) -> None:
+        self.sites.append(site)
 
 
 @dataclass(frozen=True)
@@ -110,17 +116,6 @@ def statistics(sites: list[Site]) -> dict[str, dict[str, int]]:
         key = "rewritten" if site.applied else f"skipped: {site.counted_as}"
         row[key] = row.get(key, 0) + 1
     return table
-
-
-@dataclass(frozen=True)
-class Record:
-    """A decision about a site other than the one being settled (a reduce_scatter that a
-    gather's site settles, another scatter of a shared dot): logged as its own Site."""
-
-    location: ir.Location
-    pattern: str
-    applied: bool
-    facts: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -145,7 +140,7 @@ class Match:
     refusal: Unsupported | None = None            # left unchanged whatever the decision
     dots: list[ir.Location] = field(default_factory=list)   # the dots the rings compute
     build: object = None                          # the emitter's description
-    others: list[Record] = field(default_factory=list)  # logged after this site, if built
+    others: list[Site] = field(default_factory=list)  # logged after this site, if built
     first: list[tuple[object, ir.Operation]] = field(default_factory=list)  # (pass, root)
     pattern: object = None                        # of a pass with several: the one matched
 
