@@ -1,4 +1,4 @@
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 bidirectional=true unroll=2},overlap-matmul-reduce-scatter{threshold-mib=0 bidirectional=true unroll=2})' --split-input-file | FileCheck %s
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 bidirectional=true unroll=2},overlap-matmul-reduce-scatter{threshold-mib=0 bidirectional=true})' --split-input-file | FileCheck %s
 // RUN: overlap-opt %s --threshold-mib=0 --bidirectional --unroll=2 --split-input-file | FileCheck %s --check-prefix=FLAG
 
 // bidirectional=true together with unroll=2: each loop iteration runs two

@@ -1,6 +1,6 @@
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 unroll=2},overlap-matmul-reduce-scatter{threshold-mib=0 unroll=2})' --split-input-file | FileCheck %s --check-prefix=U2
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 unroll=3},overlap-matmul-reduce-scatter{threshold-mib=0 unroll=3})' --split-input-file | FileCheck %s --check-prefix=U3
-// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 unroll=4},overlap-matmul-reduce-scatter{threshold-mib=0 unroll=4})' --split-input-file | FileCheck %s --check-prefix=U4
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 unroll=2},overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file | FileCheck %s --check-prefix=U2
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 unroll=3},overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file | FileCheck %s --check-prefix=U3
+// RUN: overlap-opt %s --pass-pipeline='builtin.module(overlap-all-gather-matmul{threshold-mib=0 unroll=4},overlap-matmul-reduce-scatter{threshold-mib=0})' --split-input-file | FileCheck %s --check-prefix=U4
 // RUN: overlap-opt %s --threshold-mib=0 --unroll=2 --split-input-file | FileCheck %s --check-prefix=FLAG
 
 // unroll=U: the loop body runs U ring rounds, its induction variable steps by U,
@@ -121,9 +121,9 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
 // -----
 
 // Reduce_scatter over one group of 8 with blocks of one row: one chain, which adds
-// its part to the accumulator it received and sends the sum on. unroll applies to
-// all_gather rings only: every setting runs one round per iteration (round 0 before
-// the loop, rounds 1..6 in it, the own block's round after it).
+// its part to the accumulator it received and sends the sum on, one round per
+// iteration whatever the all_gather pass's unroll (round 0 before the loop, rounds
+// 1..6 in it, the own block's round after it).
 // U2-LABEL: func.func @rs8
 // U2: %[[U2R_D0:.*]] = stablehlo.dot_general
 // U2-NEXT: %[[U2R_R0:.*]] = "stablehlo.collective_permute"(%[[U2R_D0]]) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>

@@ -54,6 +54,7 @@ from overlap_hlo.passes.gather_site import (GatherSite, consumers_detail, epilog
                                             placed_consumers, readers_detail, ring_of,
                                             rings_and_other_readers)
 from overlap_hlo.passes.matmul_reduce_scatter import OverlapMatmulReduceScatter, scatter_fed_by
+from overlap_hlo.passes.ring_options import GatherRingOptions
 from overlap_hlo.plan import cost
 from overlap_hlo.rewrite.rewrite_pass import NoMatch, RewritePass
 from overlap_hlo.rewrite.site import Match, Outcome, Site
@@ -63,7 +64,7 @@ __all__ = ["Assembly", "Consumer", "Fused", "GatherSite", "OverlapAllGatherMatmu
 
 
 @dataclass(frozen=True)
-class OverlapAllGatherMatmul(RewritePass):
+class OverlapAllGatherMatmul(GatherRingOptions, RewritePass):
     """Decompose all_gather -> dot_general into a collective_permute loop."""
 
     # The reduce_scatter pass with the same options, for dots between both collectives.
@@ -71,15 +72,13 @@ class OverlapAllGatherMatmul(RewritePass):
 
     name = "overlap-all-gather-matmul"
     root = stablehlo.AllGatherOp
-    # The carried shard alternates between two buffers, not copied (TPU); on GPU the
-    # MLP, SwiGLU and Q/K/V rings were 1-13% faster so (modelled, benchmarks/gpu.py).
-    default_unroll = {"tpu": 2, "gpu": 2}
     composite_note = "; the dot reads an all_gather whose ring runs inside"
     summary = "all_gather feeding dot_general -> loop of collective_permute + partial dots"
 
     def __post_init__(self):
-        # The options as given (an unset unroll takes each pass's own default).
-        options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        # The options both passes have, as given.
+        options = {f.name: getattr(self, f.name)
+                   for f in dataclasses.fields(OverlapMatmulReduceScatter) if f.init}
         super().__post_init__()
         object.__setattr__(self, "scatter_pass", OverlapMatmulReduceScatter(**options))
 

@@ -54,10 +54,11 @@ from overlap_hlo.rewrite.site import Match
 
 from . import rings
 from .matmul_reduce_scatter import summed_dots
+from .ring_options import SummingRingOptions
 
 
 @dataclass(frozen=True)
-class OverlapAllToAllMatmul(RewritePass):
+class OverlapAllToAllMatmul(SummingRingOptions, RewritePass):
     """Decompose all_to_all <-> dot_general into permutes interleaved with chunk dots."""
 
     name = "overlap-all-to-all-matmul"

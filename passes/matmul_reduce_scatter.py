@@ -103,9 +103,6 @@ class OverlapMatmulReduceScatter(RewritePass):
         if readers:
             what = "the sum of its dots and added terms" if sum_read else "the dot's product"
             detail += f"; the ring assembles {what} for {len(readers)} other reader(s)"
-        if self.unroll > 1:
-            detail += (f"; unroll={self.unroll} applies to all_gather rings only (this ring "
-                       "runs one round per iteration)")
         if prologues:
             detail += (f"; the elementwise ops making {len(prologues)} of its dots' operands "
                        f"({sum(len(p.ops) for p in prologues.values())} op(s)) run on each "

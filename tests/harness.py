@@ -203,6 +203,19 @@ def one_error_line(stderr: bytes | str) -> str:
     return lines[0]
 
 
+
+def ring_pipeline(bidirectional: bool | None = None, unroll: int | None = None,
+                  more: str = "") -> str:
+    """The gather and scatter passes then canonicalize and cse, each pass with
+    `bidirectional` and `more` (pipeline options), `unroll` on the gather pass (whose
+    option it is) only."""
+    shared = " ".join(filter(None, [
+        None if bidirectional is None else f"bidirectional={str(bidirectional).lower()}",
+        more]))
+    gather = " ".join(filter(None, [shared, None if unroll is None else f"unroll={unroll}"]))
+    return (f"builtin.module(overlap-all-gather-matmul{{{gather}}},"
+            f"overlap-matmul-reduce-scatter{{{shared}}},canonicalize,cse)")
+
 def assert_close(got, want, dtypes) -> None:
     """fp32 to rounding (a sum in another order: 64 ulps of the output's scale, as a
     scanned gradient under jax 0.12 needed, its f64 error the original's); narrower

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from overlap_hlo.api import BYTECODE_MAGIC, UTF8_BOM
 from overlap_hlo.rewrite.pipeline import registered_passes
 from overlap_hlo.rewrite.module_pass import option_type
-from overlap_hlo.rewrite.rewrite_pass import RewritePass
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 STDIN_NAME = "<stdin>"
@@ -336,26 +335,27 @@ def _discard_stdout() -> None:
 
 @dataclass(frozen=True)
 class PassFlag:
-    """A command-line flag for one option of every overlap pass. What the option means
-    (its help) and its default are the `RewritePass` field's own; this says only how
-    the flag parses."""
+    """A command-line flag for one option, set for every overlap pass that has it. What
+    the option means (its help) and its default are the pass field's own; this says only
+    how the flag parses."""
 
-    option: str                          # the RewritePass field, e.g. "threshold_mib"
+    option: str                          # the pass field, e.g. "threshold_mib"
     parse: dict = field(default_factory=dict)   # argparse keywords: type, action, ...
+    text: str = ""                       # the field's help
 
     @classmethod
-    def of(cls, f: dataclasses.Field, owner: type = RewritePass) -> PassFlag:
-        """The flag of field `f` of `owner`: a bool is a switch (with --no-X when its
-        default is unset), a number with a `minimum` is checked against it."""
+    def of(cls, f: dataclasses.Field, owner: type) -> PassFlag:
+        """The flag of field `f` of pass `owner`: a bool is a switch (with --no-X when
+        its default is unset), a number with a `minimum` is checked against it."""
         kind, meta = option_type(owner, f.name), f.metadata
         if kind is bool:
             return cls(f.name, {"action": argparse.BooleanOptionalAction} if f.default is None
-                       else {"action": "store_const", "const": True})
+                       else {"action": "store_const", "const": True}, meta.get("help", ""))
         parse = {key: meta[key] for key in ("metavar", "choices") if key in meta}
         if "minimum" in meta:
             parse["type"] = _at_least(kind, meta["minimum"],
                                       "a number" if kind is float else "an integer")
-        return cls(f.name, parse)
+        return cls(f.name, parse, meta.get("help", ""))
 
     @property
     def flag(self) -> str:
@@ -363,7 +363,7 @@ class PassFlag:
 
     def help(self, note: str = "") -> str:
         """The field's help, then what `note` adds for this tool, for argparse."""
-        text = RewritePass.options()[self.option.replace("_", "-")].metadata["help"]
+        text = self.text
         if note:
             text = f"{text.rstrip('.')}. {note}"
         return text.replace("%", "%%")
@@ -458,9 +458,18 @@ def _at_least(kind: type, low, name: str):
     return parse
 
 
-# One flag per pass option that the command line sets, in the declarations' order.
-PASS_FLAGS = tuple(PassFlag.of(f) for f in RewritePass.options().values()
-                   if f.metadata.get("flag", True))
+def _pass_flags() -> tuple[PassFlag, ...]:
+    """One flag per option of the registered passes that the command line sets, in the
+    passes' and their declarations' order."""
+    flags: dict[str, PassFlag] = {}
+    for cls in registered_passes().values():
+        for f in cls.options().values():
+            if f.metadata.get("flag", True) and f.name not in flags:
+                flags[f.name] = PassFlag.of(f, cls)
+    return tuple(flags.values())
+
+
+PASS_FLAGS = _pass_flags()
 
 
 def version(prog: str) -> str:

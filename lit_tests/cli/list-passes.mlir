@@ -2,9 +2,9 @@
 
 // Every overlap pass lists its options with their types and defaults:
 // threshold-mib is unset by default (1 MiB applies unless a hardware profile is
-// named), hardware is unset, bidirectional is false, unroll is unset (1, but 2 for
-// all_gather rings on TPU), and target is unset (the hardware profile's). The built-in hardware
-// profiles are listed at the end.
+// named), hardware is unset, bidirectional is unset, target is unset (the hardware
+// profile's); unroll, the all_gather pass's own, is unset (1, but 2 on TPU and GPU).
+// The built-in hardware profiles are listed at the end.
 
 // CHECK-LABEL: overlap-all-gather-matmul
 // CHECK-NEXT: all_gather feeding dot_general
@@ -12,17 +12,17 @@
 // CHECK-NEXT: threshold-mib=<float>  (default: unset)
 // CHECK: hardware=<NAME|FILE.json>  (default: unset)
 // CHECK: bidirectional=<bool>  (default: unset)
+// CHECK: target=<str>  (default: unset)
 // CHECK: unroll=<int>  (default: unset)
 // CHECK: but 2 on TPU and GPU
-// CHECK: target=<str>  (default: unset)
 // CHECK-LABEL: overlap-matmul-reduce-scatter
 // CHECK-NEXT: dot_general feeding reduce_scatter
 // CHECK: Options:
 // CHECK-NEXT: threshold-mib=<float>  (default: unset)
 // CHECK: hardware=<NAME|FILE.json>  (default: unset)
 // CHECK: bidirectional=<bool>  (default: unset)
-// CHECK: unroll=<int>  (default: unset)
 // CHECK: target=<str>  (default: unset)
+// CHECK-NOT: unroll=
 // CHECK-LABEL: overlap-matmul-all-reduce
 // CHECK-NEXT: dot_general feeding all_reduce(add)
 // CHECK: Options:

@@ -19,6 +19,7 @@ class TargetForm:
     last_add_apart: bool = False    # one-stream scatter: last arrival's add out of the fusion
     own_add_apart: bool = True      # two-stream scatter: own block's down add out of the fusion
     paced_sends: bool = False       # all_to_all: each send waits for the dot two steps back
+    gather_unroll: int = 1          # all_gather ring rounds per iteration unless given
 
     @staticmethod
     def of(platform: str) -> TargetForm:
@@ -27,6 +28,10 @@ class TargetForm:
 
 
 DEFAULT = TargetForm()
+# Two gather rounds per iteration on TPU and GPU: the loop alternates two buffers
+# instead of copying the shard it carries.
 FORMS = {"tpu": TargetForm(allocates=True, single_trip_loop=True, views_in_loop=True,
-                           tied_sums=True, serial_blocks=False, own_add_apart=False),
-         "gpu": TargetForm(allocates=True, last_add_apart=True, paced_sends=True)}
+                           tied_sums=True, serial_blocks=False, own_add_apart=False,
+                           gather_unroll=2),
+         "gpu": TargetForm(allocates=True, last_add_apart=True, paced_sends=True,
+                           gather_unroll=2)}

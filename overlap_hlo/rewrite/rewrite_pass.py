@@ -37,9 +37,6 @@ from overlap_hlo.rewrite.scan import ModuleScan
 from overlap_hlo.rewrite.site import Decision, Match, Outcome, Site, SiteLog
 
 DEFAULT_THRESHOLD_MIB = 1.0
-# Ring rounds per loop iteration: rounds that fill no iteration are emitted inline,
-# so an unroll near the group size would inline every round.
-MAX_UNROLL = 16
 DEFAULT_PREDICTION_PROFILE = "h100-sxm"
 
 
@@ -71,40 +68,11 @@ class RewritePass(ModulePass):
                 "(groups of 2 fall back to one stream); false: one stream. Default: "
                 "when the cost model decides (a hardware profile, no threshold-mib), the "
                 "form it predicts faster for each site, else one stream"})
-    unroll: int | None = field(default=None, metadata={
-        "metavar": "N", "minimum": 1,
-        "help": "all_gather ring rounds per loop iteration, 1 to 16 (the remainder is "
-                "emitted after the loop); default 1, but 2 on TPU and GPU (the loop then "
-                "alternates two buffers instead of copying the shard it carries; on GPU a ring "
-                "that sums over a contracting gathered dim keeps 1). A reduce_scatter ring runs "
-                "one round per iteration"})
     target: str = field(default="", metadata={
         "choices": tuple(p for p in cost.PLATFORMS if p),
         "help": "the backend the module will be compiled for: tpu or gpu (buffers the "
                 "ring writes whole are left uninitialised: custom_call @AllocateBuffer), "
                 "cpu; default: the hardware profile's, else forms every backend runs"})
-    f32_sums: bool = field(default=False, metadata={
-        "help": "overlap-all-gather-matmul: sum the partial products of a contracting "
-                "gathered dim in f32 when the result is a narrower float (default: in the "
-                "result's type, as XLA's windowed einsum does, but always in f32 for f16 "
-                "and 8-bit floats); costs an f32 buffer of the result's size"})
-
-    tpu_summing_rings: bool | None = field(default=None, metadata={
-        "help": "overlap-all-gather-matmul: build rings that sum over a contracting "
-                "gathered dim (FSDP) for TPU too; false: leave them unchanged there. "
-                "Default: the cost model decides them where it decides the site, with a "
-                "tpu-* profile whose price of them was checked against libtpu (v5e, v5p, "
-                "v6e; on v4 it predicted forms faster that compiled slower) and the slice "
-                "known (device-coords, set by --tpu), else they are "
-                "left unchanged; overlap-report also tries them and keeps them only where "
-                "the compiled schedule is faster. overlap-all-to-all-matmul builds its "
-                "summed chunks on TPU only when this is true"})
-    own_shard_last: bool = field(default=False, metadata={
-        "help": "overlap-all-gather-matmul, the TPU form of a two-stream ring that sums: "
-                "multiply the device's own shard last, beside the shard both streams "
-                "reach last (every dot over two shards, round 0's shifts bare), instead "
-                "of first (one product of the sum's size more); overlap-report tries both"})
-
     device_coords: Links | None = field(default=None, metadata={
         "flag": False, "parse": Links.parse, "errors_named": True,   # --tpu=SLICE sets it
         "metavar": "EXTENTS:COORDS",
@@ -122,12 +90,10 @@ class RewritePass(ModulePass):
 
     # The profile predictions use: `hardware`, else the default one.
     profile: cost.Hardware = field(init=False, repr=False, compare=False)
-    unroll_given: bool = field(init=False, repr=False, compare=False)   # not a default
 
     name: ClassVar[str] = ""
     root: ClassVar[type] = object
     summary: ClassVar[str] = ""
-    default_unroll: ClassVar[dict[str, int]] = {}   # unset unroll per platform (else 1)
     composite_note: ClassVar[str] = ""   # ends the detail of a site settled first
 
     def __post_init__(self):
@@ -140,15 +106,6 @@ class RewritePass(ModulePass):
         if self.target not in cost.PLATFORMS:
             raise ValueError(f"pass '{self.name}': target must be one of tpu, gpu, cpu, got "
                              f"'{self.target}'")
-        object.__setattr__(self, "unroll_given", self.unroll is not None)
-        if self.unroll is None:
-            object.__setattr__(self, "unroll", self.default_unroll.get(self.platform, 1))
-        if self.unroll < 1:
-            raise ValueError(f"pass '{self.name}': unroll must be >= 1, got {self.unroll}")
-        if self.unroll > MAX_UNROLL:
-            raise ValueError(f"pass '{self.name}': unroll must be at most {MAX_UNROLL}, got "
-                             f"{self.unroll}")
-
     def ring_orders(self, ring) -> Callable[[int], object]:
         """`ring` in the order it visits its groups with 1 or 2 streams
         (`Ring.in_physical_order`), each order searched for once per site."""
@@ -340,19 +297,6 @@ class RewritePass(ModulePass):
         config.use_top_down_traversal = True  # sites numbered in program order
         compat.apply_patterns_and_fold_greedily(module_op, patterns.freeze(), config)
         return failure[0] if failure else None
-
-    def builds_tpu_summing_rings(self) -> bool:
-        """Whether a ring that sums over a contracting gathered dim is built for TPU:
-        `tpu_summing_rings` when given, else when the cost model decides with a profile
-        whose price of such rings was checked (`Hardware.decides_summing_rings`) and
-        knows the slice (`device_coords`: without it the original's collective gets
-        two links, not the cube's three, and the model chose rings that compiled
-        slower)."""
-        if self.tpu_summing_rings is not None:
-            return self.tpu_summing_rings
-        return (self.threshold_mib is None and self.hardware is not None
-                and self.device_coords is not None
-                and self.profile.decides_summing_rings)
 
     def estimate(self, shape: SiteShape, profile: cost.Hardware) -> cost.Estimate:
         """The cost model's prediction for the site (a pass whose site is more than

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+import overlap_hlo
 from overlap_hlo.api import BYTECODE_MAGIC, UTF8_BOM
 from overlap_hlo.tools import cli
 from overlap_hlo.tools.cli import CliError
@@ -244,6 +245,19 @@ def test_boolean_and_version():
     assert ", jaxlib " in cli.version("tool")
 
 
+def _declarations() -> dict:
+    """Every registered pass's option fields by Python name, each from the first pass
+    that declares it."""
+    found = {}
+    for cls in overlap_hlo.registered_passes().values():
+        for f in cls.options().values():
+            found.setdefault(f.name, f)
+    return found
+
+
+declared = _declarations()
+
+
 @pytest.mark.parametrize("tool", ["overlap_opt", "report"])
 def test_help_is_generated_from_the_passes(tool, capsys):
     """Both tools' --help: each pass flag's text is its RewritePass field's help (one
@@ -252,14 +266,12 @@ def test_help_is_generated_from_the_passes(tool, capsys):
     import importlib
 
     import overlap_hlo
-    from overlap_hlo.rewrite.rewrite_pass import RewritePass
-
     module = importlib.import_module(f"overlap_hlo.tools.{tool}")
     assert module.main(["--help"]) == cli.EXIT_OK
     out = " ".join(capsys.readouterr().out.split())
     packed = "".join(out.split())   # argparse breaks lines after hyphens too
     for spec in cli.PASS_FLAGS:
-        help_text = RewritePass.options()[spec.option.replace("_", "-")].metadata["help"]
+        help_text = declared[spec.option].metadata["help"]
         assert "".join(help_text.split()).rstrip(".") in packed, spec.flag
     for name, cls in overlap_hlo.registered_passes().items():
         assert f"{name}: {' '.join(cls.summary.split())}" in out
@@ -272,16 +284,14 @@ def test_help_is_generated_from_the_passes(tool, capsys):
 
 
 def test_pass_flags_are_the_pass_options():
-    """Every flag names a RewritePass option; the flags pass_flag_names lists."""
-    from overlap_hlo.rewrite.rewrite_pass import RewritePass
-
-    options = RewritePass.options()
-    assert all(spec.option.replace("_", "-") in options for spec in cli.PASS_FLAGS)
+    """Every flag names an option of a registered pass; the flags pass_flag_names lists."""
     assert cli.pass_flag_names() == ", ".join(s.flag for s in cli.PASS_FLAGS[:-1]) + \
         f" and {cli.PASS_FLAGS[-1].flag}"
-    # Made from the declarations: every option but those no flag sets, in their order.
+    # Made from the declarations: every option but those no flag sets, each once, in the
+    # passes' and their declarations' order.
     assert [spec.option for spec in cli.PASS_FLAGS] == [
-        f.name for f in options.values() if f.metadata.get("flag", True)]
+        name for name, f in declared.items() if f.metadata.get("flag", True)]
+    assert {"unroll", "f32_sums", "tpu_summing_rings"} <= {s.option for s in cli.PASS_FLAGS}
     assert "device_coords" not in {spec.option for spec in cli.PASS_FLAGS}   # --tpu sets it
 
 

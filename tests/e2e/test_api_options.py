@@ -28,8 +28,8 @@ from overlap_hlo.rewrite.site import Site
 from overlap_hlo.tools.overlap_opt import main
 
 SDY = DATA / "shard_map_sdy.mlir"
-OPTIONS = ("threshold_mib, hardware, bidirectional, unroll, target, f32_sums, "
-           "tpu_summing_rings, own_shard_last, device_coords, keep_sites")
+OPTIONS = ("threshold_mib, hardware, bidirectional, target, device_coords, keep_sites, "
+           "tpu_summing_rings, unroll, f32_sums, own_shard_last")
 
 # A site the passes must leave alone: the gather and its dot sit in a branch of a
 # conditional, which not every device may take.

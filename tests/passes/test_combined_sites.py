@@ -17,7 +17,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
-from harness import Program, check, op_counts, partitioner, permute_count
+from harness import Program, check, op_counts, partitioner, permute_count, ring_pipeline
 from overlap_hlo.passes import all_gather_matmul
 from overlap_hlo.passes.all_gather_matmul import OverlapAllGatherMatmul
 
@@ -28,9 +28,7 @@ OPTION_IDS = ["default", "bidi", "unroll2", "bidi-unroll3"]
 
 
 def pipeline(bidirectional: bool, unroll: int) -> str:
-    opts = f"{{bidirectional={str(bidirectional).lower()} unroll={unroll}}}"
-    return (f"builtin.module(overlap-all-gather-matmul{opts},"
-            f"overlap-matmul-reduce-scatter{opts},canonicalize,cse)")
+    return ring_pipeline(bidirectional, unroll)
 
 
 def sites_of(prog: Program, **options):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import overlap_hlo
-from harness import op_counts, run_spmd_module
+from harness import op_counts, ring_pipeline, run_spmd_module
 
 GATHER = """
 module @m attributes {{mhlo.num_partitions = {partitions} : i32, mhlo.num_replicas = {replicas} : i32}} {{
@@ -72,9 +72,7 @@ def run_both(template, mode, pipeline=overlap_hlo.DEFAULT_PIPELINE):
 
 
 def options_pipeline(bidirectional, unroll):
-    opts = f"{{bidirectional={str(bidirectional).lower()} unroll={unroll}}}"
-    return (f"builtin.module(overlap-all-gather-matmul{opts},"
-            f"overlap-matmul-reduce-scatter{opts},canonicalize,cse)")
+    return ring_pipeline(bidirectional, unroll)
 
 
 CASES = ([(mode, False, 1) for mode in sorted(MODES)]

@@ -6,7 +6,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
-from harness import Program, check, permutes
+from harness import Program, check, permutes, ring_pipeline
 from test_differential import GATHER_CASES, LAYOUTS, SCATTER_CASES, VIEW_CASES
 
 OPTION_SETS = [dict(bidirectional=bidi, unroll=unroll)
@@ -14,9 +14,7 @@ OPTION_SETS = [dict(bidirectional=bidi, unroll=unroll)
 
 
 def pipeline(bidirectional: bool, unroll: int) -> str:
-    options = f"bidirectional={str(bidirectional).lower()} unroll={unroll}"
-    return (f"builtin.module(overlap-all-gather-matmul{{{options}}},"
-            f"overlap-matmul-reduce-scatter{{{options}}},canonicalize,cse)")
+    return ring_pipeline(bidirectional, unroll)
 
 
 def option_id(options):

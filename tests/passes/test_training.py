@@ -13,7 +13,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
-from harness import Program, check, partitioner, permute_count
+from harness import Program, check, partitioner, permute_count, ring_pipeline
 from overlap_hlo.passes import all_gather_matmul, matmul_reduce_scatter
 from overlap_hlo.passes.all_gather_matmul import OverlapAllGatherMatmul
 
@@ -25,9 +25,7 @@ OPTIONS = [pytest.param((False, 1), id="default"), pytest.param((True, 1), id="b
 
 def pipeline(options) -> str:
     bidirectional, unroll = options
-    opts = f"{{bidirectional={str(bidirectional).lower()} unroll={unroll}}}"
-    return (f"builtin.module(overlap-all-gather-matmul{opts},"
-            f"overlap-matmul-reduce-scatter{opts},canonicalize,cse)")
+    return ring_pipeline(bidirectional, unroll)
 
 
 def sp_mlp(x, w1, w2):

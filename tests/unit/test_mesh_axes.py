@@ -13,7 +13,8 @@ from jax.sharding import PartitionSpec as P
 from jaxlib.mlir import ir
 
 import overlap_hlo
-from harness import Program, check, mesh_axes_forms, op_counts, permutes, run_spmd_module
+from harness import (Program, check, mesh_axes_forms, op_counts, permutes, ring_pipeline,
+                     run_spmd_module)
 from overlap_hlo.groups.meshes import Mesh, dense_groups
 
 MODULE = """
@@ -101,9 +102,7 @@ def test_rule_on_a_2x4_mesh():
 
 
 def pipeline(bidirectional, unroll):
-    opts = f"{{bidirectional={str(bidirectional).lower()} unroll={unroll} threshold-mib=0}}"
-    return (f"builtin.module(overlap-all-gather-matmul{opts},"
-            f"overlap-matmul-reduce-scatter{opts},canonicalize,cse)")
+    return ring_pipeline(bidirectional, unroll, "threshold-mib=0")
 
 
 def rewrite(text, bidirectional=False, unroll=1):

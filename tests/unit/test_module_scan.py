@@ -42,8 +42,10 @@ def handles(module: ir.Module) -> list[int]:
 
 
 def pass_options(kind, bidirectional, unroll):
-    cls = OverlapAllGatherMatmul if kind == "gather" else OverlapMatmulReduceScatter
-    return cls(threshold_mib=0, bidirectional=bidirectional, unroll=unroll)
+    if kind == "gather":
+        return OverlapAllGatherMatmul(threshold_mib=0, bidirectional=bidirectional,
+                                      unroll=unroll)
+    return OverlapMatmulReduceScatter(threshold_mib=0, bidirectional=bidirectional)
 
 
 OPTION_GRID = [(n, bidi, unroll) for n in range(2, 9) for bidi in (False, True)

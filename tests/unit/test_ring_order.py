@@ -10,7 +10,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import overlap_hlo
-from harness import Program, check, permutes
+from harness import Program, check, permutes, ring_pipeline
 from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.plan import cost
@@ -146,10 +146,8 @@ def test_the_library_collective_uses_the_links_of_the_axes_its_group_spans():
         == pytest.approx(hw.collective_us(2**20, 8, 2))
 
 
-def option(pipeline_options: str) -> str:
-    both = f"{{device-coords={SLICE_2X4} {pipeline_options}}}"
-    return (f"builtin.module(overlap-all-gather-matmul{both},"
-            f"overlap-matmul-reduce-scatter{both},canonicalize,cse)")
+def option(bidirectional: bool, unroll: int) -> str:
+    return ring_pipeline(bidirectional, unroll, f"device-coords={SLICE_2X4}")
 
 
 def mlp(x, w1, w2):
@@ -166,7 +164,7 @@ PROGRAMS = {
                                         ((48, 32), P("x"))], P("x")), 2),
     "fsdp": (Program(fsdp, (8,), ("x",), [((64, 64), P("x")), ((64, 24), P("x"))], P("x")), 1),
 }
-FORMS = ["bidirectional=true", "bidirectional=true unroll=2", "unroll=2", "unroll=1"]
+FORMS = [(True, None), (True, 2), (None, 2), (None, 1)]
 
 
 @pytest.mark.parametrize("name, form", list(itertools.product(PROGRAMS, FORMS)))
@@ -174,7 +172,7 @@ def test_rings_in_physical_order_compute_the_original(name, form):
     """Differential: the rewritten program equals the original on 8 host devices, and
     every ring visits neighbours only."""
     program, sites = PROGRAMS[name]
-    pipeline = option(form)
+    pipeline = option(*form)
     check(program, pipeline=pipeline, rewritten=sites)
     module = overlap_hlo.parse(program.jitted().lower(*program.args()).as_text())
     overlap_hlo.rewrite_module(module, pipeline, threshold_mib=0)
