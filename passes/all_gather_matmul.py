@@ -142,6 +142,22 @@ class OverlapAllGatherMatmul(GatherRingOptions, RewritePass):
                              "collective (the scatter dim is the gathered dim)")
         return built, notes, pending
 
+    def settles_first(self, op, scan) -> list[tuple[object, ir.Operation]]:
+        """A composite site's reduce_scatters (`scatters_fed`) when one of them is
+        settled by the scatter pass; none for a site `match` refuses before."""
+        gather = op.operation
+        dim = _gather_dim(gather)
+        uses, values = users_through_views(gather.results[0], dim)
+        dots = _distinct_dots(uses)
+        if len(gather.operands) != 1 or not dots:
+            return []
+        try:
+            ring_of(gather, dim, scan)
+        except (Unsupported, NoMatch):
+            return []
+        first = self.scatters_fed(gather, dots, values)
+        return first if any(owner is not None for owner, _ in first) else []
+
     def match(self, op, scan, settled=None):
         gather = op.operation
         dim = _gather_dim(gather)
@@ -159,12 +175,10 @@ class OverlapAllGatherMatmul(GatherRingOptions, RewritePass):
             _refuse_without_dots(gather, dim, uses)
         ring, inner, shard = ring_of(gather, dim, scan)
         block = shard.type.shape[dim]
-        if settled is None:
-            first = self.scatters_fed(gather, dots, values)
-            if any(owner is not None for owner, _ in first):   # a composite site
-                return Match(first=first)
-            _, notes, pending = self.settled_scatters(
-                gather, [Outcome(scatter.location, skipped=True) for _, scatter in first], scan)
+        if settled is None:   # no scatter ring reads it: its scatters are left to it
+            _, notes, pending = self.settled_scatters(gather, [
+                Outcome(scatter.location, skipped=True)
+                for _, scatter in self.scatters_fed(gather, dots, values)], scan)
         placed, unplaced = placed_consumers(dots, values, block, self.f32_sums, gather, scan)
         groups, others, reused, moved = rings_and_other_readers(placed, uses)
         consumers = [c for group in groups for c in group]

@@ -151,9 +151,14 @@ class RewritePass(ModulePass):
         copying a scanned layer's weight out of the stack before the loop."""
         return self.form.views_in_loop
 
+    def settles_first(self, op, scan: ModuleScan) -> list[tuple[object, ir.Operation]]:
+        """The sites a composite site at `op` settles before it is matched, each with
+        the pass that settles it (None: left as it is): none by default."""
+        return []
+
     def match(self, op, scan: ModuleScan, settled: list[Outcome] | None = None) -> Match:
         """The site rooted at `op`, or NoMatch / Unsupported. `settled`: the outcomes of
-        the sites this one listed in `Match.first`, in that order (a second call)."""
+        the sites `settles_first` listed, in that order (None when it listed none)."""
         raise NotImplementedError
 
     def emit(self, match: Match, plan: RingPlan, ring, rewriter, scan: ModuleScan) -> None:
@@ -183,11 +188,10 @@ class RewritePass(ModulePass):
         refuse_zero_size(op.operation)
         if self.keep_sites and names_position(self.keep_sites, op.location, scan.input_name):
             raise Unsupported("its position is named by keep-sites", kind=Kind.NAMED_KEPT)
-        match = self.match(op, scan)
-        if match.first:
-            outcomes = [self._settle_first(owner, root, rewriter, scan, settled_first)
-                        for owner, root in match.first]
-            match = self.match(op, scan, outcomes)
+        first = self.settles_first(op, scan)
+        outcomes = [self._settle_first(owner, root, rewriter, scan, settled_first)
+                    for owner, root in first]
+        match = self.match(op, scan, outcomes if first else None)
         ordered = self.ring_orders(match.ring)
 
         def shape_of(bidirectional: bool) -> SiteShape:

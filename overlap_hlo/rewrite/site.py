@@ -125,11 +125,7 @@ class Match:
     emitter builds (`build`, the pass's own description).
 
     A pass made of several patterns names in `pattern` the one that matched, which
-    builds the site (the pass's `emit` hands it on).
-
-    A composite site (a dot between an all_gather and a reduce_scatter) first lists in
-    `first` the sites to settle before it: the driver settles them through their own
-    pass and matches this site again with their outcomes."""
+    builds the site (the pass's `emit` hands it on)."""
 
     detail: str = ""                              # the site, for its remark
     communicated: ir.RankedTensorType | None = None   # what threshold-mib measures
@@ -141,7 +137,6 @@ class Match:
     dots: list[ir.Location] = field(default_factory=list)   # the dots the rings compute
     build: object = None                          # the emitter's description
     others: list[Site] = field(default_factory=list)  # logged after this site, if built
-    first: list[tuple[object, ir.Operation]] = field(default_factory=list)  # (pass, root)
     pattern: object = None                        # of a pass with several: the one matched
 
 

@@ -64,6 +64,24 @@ def test_gather_dot_scatter_remarks():
     assert "the dot reads an all_gather whose ring runs inside" in scatter.detail
 
 
+
+def test_a_composite_site_is_matched_once(monkeypatch):
+    """The driver settles the scatter first (`settles_first`), then matches the gather
+    once, with the scatter's outcome."""
+    from overlap_hlo.passes import OverlapAllGatherMatmul
+
+    calls, real = [], OverlapAllGatherMatmul.match
+
+    def counted(self, op, scan, settled=None):
+        calls.append(settled)
+        return real(self, op, scan, settled)
+
+    monkeypatch.setattr(OverlapAllGatherMatmul, "match", counted)
+    prog = Program(fsdp_tp_layer, out_specs=P("batch", "feats"), **FSDP_TP)
+    sites = sites_of(prog)
+    assert [s.applied for s in sites] == [True, True]
+    assert len(calls) == 1 and [o.built for o in calls[0]] == [True]
+
 @partial(jax.remat, policy=lambda op, *_, **__: str(op) != "all_gather")
 def predict_fsdp_tp(params, inputs):
     for w_frag, b_frag in params:
