@@ -225,10 +225,7 @@ class OverlapAllGatherMatmul(GatherRingOptions, RewritePass):
                 results = emit_loop(group + extra, s.shard, s.dim, ring, plan, scan.new_channel,
                                     self.form)
             for consumer, result in zip(group, results):
-                if isinstance(consumer, Fused):
-                    consumer.replace(rewriter, result)
-                else:
-                    rewriter.replace_op(consumer.dot, [result])
+                consumer.replace(rewriter, result)
             if extra:
                 buffer = results[-1]
         erase_unused(rewriter, s.values)

@@ -3,14 +3,16 @@
 A `Consumer` is one dot reading the gathered tensor; a `Fused` consumer is several dots
 whose products an elementwise epilogue combines; an `Assembly` writes the shards into
 the gathered tensor for other readers. Each adds a round's blocks to its accumulator
-(`accumulate`) and turns the last one into its result (`finish`). Also here: which
-dots become consumers, where their rings go and which of them share one ring.
+(`accumulate`) and turns the last one into its result (`finish`): the `RingConsumer`
+protocol the ring's rounds read. Also here: which dots become consumers, where their
+rings go and which of them share one ring.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 from dataclasses import dataclass
+from typing import Protocol
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
@@ -23,6 +25,24 @@ from overlap_hlo.ir.unsupported import Unsupported
 from overlap_hlo.passes.epilogue import Epilogue, block_type_for, find_epilogue
 from overlap_hlo.rewrite import builders as b
 from overlap_hlo.rewrite.rewrite_pass import require_supported_types
+
+
+class RingConsumer(Protocol):
+    """What an all_gather ring's rounds read of each of its consumers."""
+
+    inputs: list[ir.Value] | tuple   # values each round reads besides the shard
+    dots: int                        # products per shard
+    result_dim: int | None           # None: the rounds sum into one accumulator
+
+    @property
+    def acc_type(self) -> ir.RankedTensorType: ...   # what the ring carries for it
+
+    def accumulate(self, acc: ir.Value | None, shards: list[ir.Value],
+                   shifts: list[tuple[int, object]], inputs: list[ir.Value],
+                   position: ir.Value, n: int, gather_dim: int,
+                   shared: bool = False, serial: bool = False) -> ir.Value: ...
+
+    def finish(self, acc: ir.Value) -> ir.Value: ...   # the ring's result for it
 
 
 @dataclass(frozen=True)
@@ -111,6 +131,10 @@ class Consumer:
 
     def finish(self, acc: ir.Value) -> ir.Value:
         return acc if acc.type == self.result_type else stablehlo.convert(self.result_type, acc)
+
+    def replace(self, rewriter, result: ir.Value) -> None:
+        """The dot's result becomes `result`."""
+        rewriter.replace_op(self.dot, [result])
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from jaxlib.mlir import ir
 
 from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.ir.ops import as_op
-from overlap_hlo.passes.gather_consumers import Consumer
+from overlap_hlo.passes.gather_consumers import RingConsumer
 from overlap_hlo.passes.rings import options_plan, shift
 from overlap_hlo.plan.ring_plan import GATHER, RingPlan
 from overlap_hlo.plan.target_form import DEFAULT, TargetForm
@@ -27,7 +27,7 @@ def plan_of(n: int, options: RewritePass, sums: bool = False,
                         tied_sums=tied, own_last=tied and options.own_shard_last)
 
 
-def emit_loop(consumers: list[Consumer], shard: ir.Value, gather_dim: int,
+def emit_loop(consumers: list[RingConsumer], shard: ir.Value, gather_dim: int,
               ring: Ring, plan: RingPlan, channels, form: TargetForm = DEFAULT
               ) -> list[ir.Value]:
     """One ring for all `consumers`, built at the current insertion point as `plan`
@@ -54,7 +54,7 @@ class GatherRounds:
     """The rounds of one all_gather ring: `round_` sends the shards held on and adds
     their products to each consumer's accumulator."""
 
-    def __init__(self, consumers: list[Consumer], shard: ir.Value, gather_dim: int,
+    def __init__(self, consumers: list[RingConsumer], shard: ir.Value, gather_dim: int,
                  ring: Ring, plan: RingPlan, channels, form: TargetForm):
         self.consumers, self.shard, self.gather_dim = consumers, shard, gather_dim
         self.ring, self.plan, self.channels = ring, plan, channels
