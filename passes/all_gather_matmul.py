@@ -73,6 +73,11 @@ class OverlapAllGatherMatmul(GatherRingOptions, RewritePass):
     name = "overlap-all-gather-matmul"
     root = stablehlo.AllGatherOp
     composite_note = "; the dot reads an all_gather whose ring runs inside"
+    summing_ring_refusal = (
+        "a ring that sums over the gathered (contracting) dim reads and writes its whole "
+        "sum in HBM every round on TPU; hint: overlap-report --tpu=SLICE keeps it where "
+        "the compiled schedule is faster, tpu-summing-rings=true builds it, or prefetch "
+        "the weight one layer ahead")
     summary = "all_gather feeding dot_general -> loop of collective_permute + partial dots"
 
     def __post_init__(self):
@@ -191,7 +196,7 @@ class OverlapAllGatherMatmul(GatherRingOptions, RewritePass):
         return Match(detail, gather.results[0].type, ring,
                      self.site_shape(ring, consumers, shard, sums),
                      lambda bidirectional: plan_of(ring.size, self, sums, bidirectional),
-                     loops=len(groups), refusal=self.summing_refusal(sums), others=pending,
+                     loops=len(groups), others=pending,
                      dots=[c.dot.location for c in consumers],
                      build=GatherSite(gather, inner, shard, dim, groups, assembly, values,
                                       moved))
@@ -205,16 +210,6 @@ class OverlapAllGatherMatmul(GatherRingOptions, RewritePass):
                                 sum_bytes=sum(tensor_bytes(c.acc_type) for c in consumers
                                               if c.result_dim is None))
 
-    def summing_refusal(self, sums: bool) -> Unsupported | None:
-        """Why a ring that sums is not built on TPU unless asked (None: it is)."""
-        if sums and self.form.tied_sums and not self.builds_tpu_summing_rings():
-            return Unsupported(
-                "a ring that sums over the gathered (contracting) dim reads and writes its "
-                "whole sum in HBM every round on TPU; hint: overlap-report --tpu=SLICE "
-                "keeps it where the compiled schedule is faster, tpu-summing-rings=true "
-                "builds it, or prefetch the weight one layer ahead",
-                kind=Kind.TPU_SUMMING_RING)
-        return None
 
     def emit(self, match, plan, ring, rewriter, scan) -> None:
         s = match.build

@@ -64,6 +64,10 @@ class OverlapAllToAllMatmul(SummingRingOptions, RewritePass):
     name = "overlap-all-to-all-matmul"
     root = stablehlo.AllToAllOp
     summary = "all_to_all beside dot_general -> N-1 permutes interleaved with chunk dots"
+    summing_ring_refusal = ("its chunks' products are summed, and on TPU each step reads "
+                            "and writes the whole sum in HBM; hint: tpu-summing-rings=true "
+                            "builds it")
+    model_decides_summing_rings = False
 
     def dots_beside(self, op) -> list[ir.Operation]:
         readers = [as_op(use.owner) for use in op.results[0].uses]
@@ -122,14 +126,8 @@ class OverlapAllToAllMatmul(SummingRingOptions, RewritePass):
                                  sum_bytes=tensor_bytes(dot.results[0].type) if site.sums else 0.0)
         detail = (f"{y} from chunks along dim {split} of {x}, concatenated on dim "
                   f"{concat} over groups of {ring.size}; {site.describe()}")
-        refusal = None
-        if site.sums and self.form.tied_sums and not self.tpu_summing_rings:
-            refusal = Unsupported(
-                "its chunks' products are summed, and on TPU each step reads and writes the "
-                "whole sum in HBM; hint: tpu-summing-rings=true builds it",
-                kind=Kind.TPU_SUMMING_RING)
         return Match(detail, y, ring, shape, lambda bidirectional: _plan(ring.size),
-                     build=site, dots=[dot.location], refusal=refusal)
+                     build=site, dots=[dot.location])
 
     def _reading_side(self, exchange, dot, readers, split, concat, source
                       ) -> ExchangeSite:

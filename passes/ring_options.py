@@ -5,6 +5,10 @@ own form (`GatherRingOptions`: overlap-all-gather-matmul)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
+
+from overlap_hlo.ir.unsupported import Kind, Unsupported
+from overlap_hlo.plan.cost import SiteShape
 
 # Ring rounds per loop iteration: rounds that fill no iteration are emitted inline,
 # so an unroll near the group size would inline every round.
@@ -13,7 +17,11 @@ MAX_UNROLL = 16
 
 @dataclass(frozen=True)
 class SummingRingOptions:
-    """Mixed into a RewritePass (whose fields `builds_tpu_summing_rings` reads)."""
+    """Mixed into a RewritePass (whose fields `builds_tpu_summing_rings` reads): the
+    decision on a TPU ring that sums over a contracting dim."""
+
+    summing_ring_refusal: ClassVar[str] = ""   # the remark of one left unchanged
+    model_decides_summing_rings: ClassVar[bool] = True   # else only when asked
 
     tpu_summing_rings: bool | None = field(default=None, metadata={
         "help": "overlap-all-gather-matmul: build rings that sum over a contracting "
@@ -35,9 +43,15 @@ class SummingRingOptions:
         slower)."""
         if self.tpu_summing_rings is not None:
             return self.tpu_summing_rings
-        return (self.threshold_mib is None and self.hardware is not None
+        return (self.model_decides_summing_rings and self.threshold_mib is None
+                and self.hardware is not None
                 and self.device_coords is not None
                 and self.profile.decides_summing_rings)
+
+    def refusal(self, shape: SiteShape) -> Unsupported | None:
+        if shape.sum_bytes and self.form.tied_sums and not self.builds_tpu_summing_rings():
+            return Unsupported(self.summing_ring_refusal, kind=Kind.TPU_SUMMING_RING)
+        return super().refusal(shape)
 
 
 @dataclass(frozen=True)

@@ -166,6 +166,12 @@ class RewritePass(ModulePass):
         replace the site's ops through `rewriter`; new channels from `scan`."""
         raise NotImplementedError
 
+    def refusal(self, shape: SiteShape) -> Unsupported | None:
+        """Why a matched site is left unchanged whatever the cost model says (a form
+        the target is not trusted with), decided here, not by the matcher; None: no
+        reason."""
+        return None
+
     def dots_beside(self, op) -> list[ir.Operation]:
         """The dots beside the collective `op` (named in a site left unchanged)."""
         return []
@@ -198,8 +204,9 @@ class RewritePass(ModulePass):
             return self.planned(match.shape, ordered, match.plan_for(bidirectional))
 
         try:
-            if match.refusal is not None:
-                raise Unsupported(str(match.refusal), kind=match.refusal.kind,
+            refusal = self.refusal(match.shape)
+            if refusal is not None:
+                raise Unsupported(str(refusal), kind=refusal.kind,
                                   detail=match.detail, estimate=self.estimate(
                                       shape_of(bool(self.bidirectional)), self.profile))
             decision = self.decide(match.communicated, shape_of, match.detail)

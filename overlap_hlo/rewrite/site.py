@@ -133,7 +133,6 @@ class Match:
     shape: SiteShape | None = None                # the cost model's view of the site
     plan_for: Callable[[bool], RingPlan] | None = None  # the plan, one stream or two
     loops: int = 1                                # rings built with the chosen plan
-    refusal: Unsupported | None = None            # left unchanged whatever the decision
     dots: list[ir.Location] = field(default_factory=list)   # the dots the rings compute
     build: object = None                          # the emitter's description
     others: list[Site] = field(default_factory=list)  # logged after this site, if built
