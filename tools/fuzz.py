@@ -14,7 +14,7 @@ filled with NaN, so that an element a ring fails to write shows). The program is
 jax.shard_map, lowered, rewritten with threshold-mib=0, and both versions run on the
 same random inputs and are compared.
 
-That generator is fuzz_sites; the other cases come from one module each:
+That generator is fuzz_sites, the fallback; the other cases come from one module each:
 fuzz_huge (dims beyond int32, checked on the IR), fuzz_promoted (reduce_scatters that
 sum in a wider type than their operand: hand-written modules, checked against numpy),
 fuzz_api (sequences of calls through overlap() with Python and JAX scalars, static
@@ -25,7 +25,10 @@ row-parallel matmuls, residual adds and norms between them, in a scan or not, th
 split over another mesh axis or not) and fuzz_wrapped (sites wrapped in what users write
 around them: calls, linear ops, zero sizes, per-platform branches, two collectives of one
 product, predicates from shard_map inputs); fuzz_common holds the meshes, element types
-and comparison they share. This module draws among them, runs each case and counts.
+and comparison they share. Each generator module ends in one record, `GENERATOR =
+Generator(name, share, case class, draw, build=... or run=...)`, and GENERATORS below
+names the modules, one line each: this module draws among them by share, runs each case
+and counts (by outcome, and by generator).
 Besides a mismatch or a crash, a site the tool reports as an internal error and a
 collective next to a dot with no site record (silent) fail a case.
 
@@ -45,30 +48,32 @@ import time
 import traceback
 import warnings
 from collections import Counter
+from importlib import import_module
 
 from .cli import EXIT_FAILURE, EXIT_OK
-from .fuzz_api import ApiCase, draw_api, run_api
-from .fuzz_block import BlockCase, build_block, draw_block
-from .fuzz_common import _in_f32, _leaves, judge
-from .fuzz_exchange import EXCHANGES, ExchangeCase, build_exchange, draw_exchange
-from .fuzz_huge import HugeCase, draw_huge, run_huge
-from .fuzz_promoted import PromotedCase, draw_promoted, run_promoted
-from .fuzz_sites import Case, build_site, draw
-from .fuzz_wrapped import WrappedCase, build_wrapped, draw_wrapped
+from .fuzz_common import Generator, _in_f32, _leaves, judge
 
-__all__ = [   # the driver, and the generators' names the tests reach through this module
-    "EXCHANGES", "FAILURES", "ApiCase", "BlockCase", "Case", "ExchangeCase", "HugeCase",
-    "PromotedCase", "WrappedCase", "build", "draw", "draw_any", "draw_promoted", "judge",
-    "main", "run", "silent_sites", "use_host_devices",
+__all__ = [
+    "FAILURES", "GENERATORS", "build", "draw_any", "judge", "main", "run", "silent_sites",
+    "use_host_devices",
 ]
 
 HOST_DEVICES = "--xla_force_host_platform_device_count=8"
-HUGE_SHARE = 0.05      # of the cases: dims beyond int32, checked on the IR only
-PROMOTED_SHARE = 0.04  # reduce_scatters summing in a wider type (hand-written modules)
-API_SHARE = 0.04       # call sequences through overlap() against jax.jit's
-EXCHANGE_SHARE = 0.10  # all_to_all next to a dot (MoE dispatch and combine, Ulysses)
-BLOCK_SHARE = 0.10     # tensor-parallel blocks: psum, residual, norm, next dot
-WRAPPED_SHARE = 0.15   # sites wrapped in calls, linear ops, branches, platforms (fuzz_wrapped)
+
+# The generators, one line each (fuzz_<name>.GENERATOR), in the order draw_any tries
+# their shares; the one without a share takes the rest.
+GENERATORS: tuple[Generator, ...] = tuple(
+    import_module(f".fuzz_{name}", __package__).GENERATOR for name in (
+        "huge",
+        "promoted",
+        "api",
+        "exchange",
+        "block",
+        "wrapped",
+        "sites",
+    ))
+(FALLBACK,) = (generator for generator in GENERATORS if generator.share is None)
+BY_CASE = {generator.case: generator for generator in GENERATORS}
 
 
 def use_host_devices() -> None:
@@ -81,38 +86,30 @@ def use_host_devices() -> None:
 
 
 def draw_any(rng: random.Random, seed: int):
-    """One case of any generator, in the shares above."""
+    """One case of any generator, each picked with its share (in GENERATORS' order), the
+    fallback with what is left."""
     pick, bound = rng.random(), 0.0
-    for share, generator in ((HUGE_SHARE, lambda: draw_huge(rng)),
-                             (PROMOTED_SHARE, lambda: draw_promoted(rng, seed)),
-                             (API_SHARE, lambda: draw_api(rng, seed)),
-                             (EXCHANGE_SHARE, lambda: draw_exchange(rng, seed)),
-                             (BLOCK_SHARE, lambda: draw_block(rng, seed)),
-                             (WRAPPED_SHARE, lambda: draw_wrapped(rng, seed))):
-        bound += share
-        if pick < bound:
-            return generator()
-    return draw(rng, seed=seed)
-
-
-# The generators whose cases run on their own (not as a jitted program and inputs),
-# and those that build such a program (the others are fuzz_sites' Case).
-RUNNERS = {HugeCase: run_huge, PromotedCase: run_promoted, ApiCase: run_api}
-BUILDERS = {ExchangeCase: build_exchange, BlockCase: build_block, WrappedCase: build_wrapped}
+    for generator in GENERATORS:
+        if generator.share is not None:
+            bound += generator.share
+            if pick < bound:
+                return generator.draw(rng, seed)
+    return FALLBACK.draw(rng, seed)
 
 
 def build(case):
-    """(jitted shard_map program, inputs) for a case of any generator that builds one."""
-    return BUILDERS.get(type(case), build_site)(case)
+    """(jitted shard_map program, inputs) for a case of a generator that builds one."""
+    return BY_CASE[type(case)].build(case)
 
 
 def run(case) -> tuple[str, str]:
     """(outcome, detail): outcome is "rewritten", "unchanged", "mismatch", "crash", or
-    "not generated" / "original fails" when JAX or XLA rejects the original program."""
+    "not generated" / "original fails" when JAX or XLA rejects the original program.
+    A case whose generator runs it itself goes there; the others are built and compared."""
     import jax
 
-    if type(case) in RUNNERS:
-        return RUNNERS[type(case)](case)
+    if BY_CASE[type(case)].run is not None:
+        return BY_CASE[type(case)].run(case)
     previous = jax.config.jax_use_shardy_partitioner
     jax.config.update("jax_use_shardy_partitioner", case.shardy)
     try:
@@ -121,7 +118,7 @@ def run(case) -> tuple[str, str]:
         jax.config.update("jax_use_shardy_partitioner", previous)
 
 
-def _run(case: Case) -> tuple[str, str]:
+def _run(case) -> tuple[str, str]:
     import overlap_hlo
     from overlap_hlo.targets.cpu import rewrite_runnable
 
@@ -226,11 +223,13 @@ def main(argv=None) -> int:
     rng = random.Random(args.seed)
     outcomes: Counter = Counter()
     reasons: Counter = Counter()
+    drawn: Counter = Counter()
     failures = []
     start = time.perf_counter()
     for i in range(args.cases):
         seed = args.seed * 1_000_003 + i
         case = draw_any(rng, seed)
+        drawn[BY_CASE[type(case)].name] += 1
         if args.verbose:   # before running: XLA may abort the process
             print(f"case {i}: {case.describe()}", flush=True)
         outcome, detail = run(case)
@@ -252,6 +251,7 @@ def main(argv=None) -> int:
           "original program XLA could not run")
     for reason, count in reasons.most_common():
         print(f"  {count:5d}  {reason}")
+    print("by generator: " + ", ".join(f"{g.name} {drawn[g.name]}" for g in GENERATORS))
     print(f"{passed} passed, {len(failures)} failed")
     return EXIT_FAILURE if failures else EXIT_OK
 

@@ -7,7 +7,7 @@ import traceback
 import warnings
 from dataclasses import dataclass
 
-from .fuzz_common import _deviation, tolerance
+from .fuzz_common import Generator, _deviation, tolerance
 
 
 @dataclass(frozen=True)
@@ -81,3 +81,6 @@ def run_api(case: ApiCase) -> tuple[str, str]:
         return "crash", traceback.format_exc(limit=4)
     return "rewritten", (f"{len(case.calls)} calls, {len(step._compiled)} executables "
                          f"(jax.jit: {jitted._cache_size()})")
+
+
+GENERATOR = Generator("api", 0.04, ApiCase, draw_api, run=run_api)

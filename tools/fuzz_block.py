@@ -7,7 +7,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from .fuzz_common import AXES, MESHES, auto_mesh
+from .fuzz_common import AXES, MESHES, Generator, auto_mesh
 
 
 @dataclass(frozen=True)
@@ -96,3 +96,6 @@ def build_block(case: BlockCase):
                                          getattr(jnp, case.dtype)), NamedSharding(mesh, s))
               for shape, s in zip(shapes, in_specs)]
     return jitted, inputs
+
+
+GENERATOR = Generator("block", 0.10, BlockCase, draw_block, build=build_block)

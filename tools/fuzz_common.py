@@ -1,13 +1,37 @@
-"""What overlap-fuzz's generators share: the mesh axes and shapes they draw from, the
-element types, a mesh over the host devices, and the comparison of a rewritten program's
-outputs with the original's (`judge`, within `tolerance`)."""
+"""What overlap-fuzz's generators share: the record each declares (`Generator`), the
+mesh axes and shapes they draw from, the element types, a mesh over the host devices, and
+the comparison of a rewritten program's outputs with the original's (`judge`, within
+`tolerance`)."""
 from __future__ import annotations
 
 import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
 
 AXES = ("x", "y", "z")
 MESHES = [(n,) for n in range(2, 9)] + [(2, 2), (2, 3), (3, 2), (2, 4), (4, 2), (2, 2, 2)]
 DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Generator:
+    """One generator, as its module declares it (GENERATOR) and tools/fuzz.py's
+    GENERATORS lists it: its name (in the summary), its share of the cases (None for the
+    fallback, fuzz_sites, which takes what the others leave), the class of its cases,
+    `draw(rng, seed)`, and either `build(case)` -> (jitted shard_map program, inputs),
+    which overlap-fuzz rewrites, runs and compares, or `run(case)` -> (outcome, detail)
+    for a case that checks itself."""
+    name: str
+    share: float | None
+    case: type
+    draw: Callable[[random.Random, int], object]
+    build: Callable | None = None
+    run: Callable[[object], tuple[str, str]] | None = None
+
+    def __post_init__(self):
+        if (self.build is None) == (self.run is None):
+            raise TypeError(f"generator {self.name}: build or run, exactly one")
 
 
 def auto_mesh(shape: tuple[int, ...], order: tuple[int, ...] = ()):

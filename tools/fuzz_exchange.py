@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from .fuzz_common import AXES, DTYPES, MESHES, auto_mesh
+from .fuzz_common import AXES, DTYPES, MESHES, Generator, auto_mesh
 
 
 @dataclass(frozen=True)
@@ -88,3 +88,7 @@ def build_exchange(case: ExchangeCase):
                              NamedSharding(mesh, s))
               for shape, s in zip(global_shapes, in_specs)]
     return jitted, inputs
+
+
+GENERATOR = Generator("exchange", 0.10, ExchangeCase, draw_exchange,
+                      build=build_exchange)

@@ -7,6 +7,8 @@ import traceback
 import warnings
 from dataclasses import dataclass
 
+from .fuzz_common import Generator
+
 
 @dataclass(frozen=True)
 class HugeCase:
@@ -39,7 +41,8 @@ HUGE_SCATTER = """%0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0
     return %1 : tensor<{ys}x2xf32>"""
 
 
-def draw_huge(rng: random.Random) -> HugeCase:
+def draw_huge(rng: random.Random, seed: int) -> HugeCase:
+    """A huge gather or scatter (`seed` unused: every draw takes one)."""
     return HugeCase(rng.choice(("gather", "scatter")), rng.randint(2, 8),
                     rng.randint(2 ** 27, 2 ** 33), rng.random() < 0.5, rng.choice((1, 2, 3)))
 
@@ -82,3 +85,6 @@ def run_huge(case: HugeCase) -> tuple[str, str]:
     if narrow:
         return "mismatch", f"IR check: {sorted(set(narrow))}"
     return "rewritten", "IR only: 64-bit offsets"
+
+
+GENERATOR = Generator("huge", 0.05, HugeCase, draw_huge, run=run_huge)

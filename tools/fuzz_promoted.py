@@ -7,7 +7,7 @@ import traceback
 import warnings
 from dataclasses import dataclass
 
-from .fuzz_common import _deviation, tolerance
+from .fuzz_common import Generator, _deviation, tolerance
 
 
 @dataclass(frozen=True)
@@ -88,3 +88,7 @@ def run_promoted(case: PromotedCase) -> tuple[str, str]:
     if not error <= tolerance({"bf16": "bfloat16", "f16": "float16"}[case.dtype]):
         return "mismatch", f"relative error {error:.3g} against numpy's f32 sum"
     return "rewritten", f"relative error {error:.2g}"
+
+
+GENERATOR = Generator("promoted", 0.04, PromotedCase, draw_promoted,
+                      run=run_promoted)

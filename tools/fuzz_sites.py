@@ -6,7 +6,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from .fuzz_common import AXES, DTYPES, MESHES, auto_mesh
+from .fuzz_common import AXES, DTYPES, MESHES, Generator, auto_mesh
 
 # Around the site: nothing; the dot under a device-dependent lax.cond or in a fori_loop
 # with a device-dependent trip count; an optimization_barrier between collective and
@@ -293,3 +293,6 @@ def under_cond(case: Case, names, site):
         return jax.lax.cond(jax.lax.axis_index(stage) == 0, lambda: layer(a, w), skip)
 
     return fn
+
+
+GENERATOR = Generator("sites", None, Case, draw, build=build_site)

@@ -16,7 +16,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from .fuzz_common import auto_mesh
+from .fuzz_common import Generator, auto_mesh
 
 # form -> the kinds of collective it wraps
 FORMS = {
@@ -125,17 +125,7 @@ def _program(case: WrappedCase, axis, g: int, a: int, b: int, c: int):
     if form == "between":
         return _between(case, axis, g, a, b, c)
     if form in ("linear", "nonlinear"):
-        terms = {
-            "scaled": lambda x, w, x2, w2, r: 2 * (x @ w),
-            "negated": lambda x, w, x2, w2, r: -(x @ w),
-            "difference": lambda x, w, x2, w2, r: x @ w - x2 @ w2,
-            "from_a_term": lambda x, w, x2, w2, r: r - x @ w,
-            "by_a_replicated_input": lambda x, w, x2, w2, r: (x @ w) * r,
-            "reshaped": lambda x, w, x2, w2, r: (x @ w).reshape(-1),
-            "transposed": lambda x, w, x2, w2, r: (x @ w).T,
-            "maximum": lambda x, w, x2, w2, r: jnp.maximum(x @ w, r),
-            "by_a_split_input": lambda x, w, x2, w2, r: (x @ w) * r,
-        }[variant]
+        terms = _term(variant)
         split = variant == "by_a_split_input"
         return ((lambda *v: psum(terms(*v), axis)), row_specs * 2 + [P(axis) if split else P()],
                 row_parallel * 2 + [((g if split else 1) * rows, n)], P())
@@ -147,18 +137,7 @@ def _program(case: WrappedCase, axis, g: int, a: int, b: int, c: int):
                     [(g * g * a, 0, 8 * c), (8 * c, 8 * c)], P(axis))
         return ((lambda x, w: gather(x) @ w), [P(axis), P()], [(g * a, 0), (0, n)], P())
     if form == "predicate":
-        split = variant == "split"
-        p_spec, p_shape = (P(axis), (g,)) if split else (P(), (1,))
-        if kind == "psum":
-            def fn(p, x, w):
-                return jax.lax.cond(p[0] > 0, lambda: psum(x @ w, axis),
-                                    lambda: psum(x @ (2 * w), axis))
-            return fn, [p_spec] + row_specs, [p_shape] + row_parallel, P()
-
-        def fn(p, x, w):
-            h = gather(x)
-            return jax.lax.cond(p[0] > 0, lambda: h @ w, lambda: h @ (2 * w))
-        return fn, [p_spec, P(axis), P()], [p_shape, (g * a * 8, k), (k, n)], P()
+        return _predicate(case, axis, g, (a, k, n), row_specs, row_parallel)
     if form == "two_collectives":
         if kind == "all_to_all":
             return ((lambda x, w: a2a(einsum(a2a(x), w))), exchange_specs, exchange, P(axis))
@@ -177,6 +156,43 @@ def _program(case: WrappedCase, axis, g: int, a: int, b: int, c: int):
     matmul = wrap(lambda x, w: x @ w)
     return ((lambda x, w: matmul(gather(x), w)), [P(axis), P()],
             [(g * rows, k), (k, n)], P())
+
+
+def _term(variant: str):
+    """The product under a psum, of (x, w, x2, w2, r), in a linear or nonlinear form."""
+    import jax.numpy as jnp
+
+    return {
+        "scaled": lambda x, w, x2, w2, r: 2 * (x @ w),
+        "negated": lambda x, w, x2, w2, r: -(x @ w),
+        "difference": lambda x, w, x2, w2, r: x @ w - x2 @ w2,
+        "from_a_term": lambda x, w, x2, w2, r: r - x @ w,
+        "by_a_replicated_input": lambda x, w, x2, w2, r: (x @ w) * r,
+        "reshaped": lambda x, w, x2, w2, r: (x @ w).reshape(-1),
+        "transposed": lambda x, w, x2, w2, r: (x @ w).T,
+        "maximum": lambda x, w, x2, w2, r: jnp.maximum(x @ w, r),
+        "by_a_split_input": lambda x, w, x2, w2, r: (x @ w) * r,
+    }[variant]
+
+
+def _predicate(case: WrappedCase, axis, g: int, sizes, row_specs, row_parallel):
+    """A lax.cond on a predicate the shard_map receives whole or split, around a psum of
+    a product or a dot of a gathered operand."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    a, k, n = sizes
+    p_spec, p_shape = (P(axis), (g,)) if case.variant == "split" else (P(), (1,))
+    if case.kind == "psum":
+        def fn(p, x, w):
+            return jax.lax.cond(p[0] > 0, lambda: jax.lax.psum(x @ w, axis),
+                                lambda: jax.lax.psum(x @ (2 * w), axis))
+        return fn, [p_spec] + row_specs, [p_shape] + row_parallel, P()
+
+    def fn(p, x, w):
+        h = jax.lax.all_gather(x, axis, axis=0, tiled=True)
+        return jax.lax.cond(p[0] > 0, lambda: h @ w, lambda: h @ (2 * w))
+    return fn, [p_spec, P(axis), P()], [p_shape, (g * a * 8, k), (k, n)], P()
 
 
 def _between(case: WrappedCase, axis, g: int, a: int, b: int, c: int):
@@ -205,3 +221,7 @@ def _between(case: WrappedCase, axis, g: int, a: int, b: int, c: int):
     shapes = [(rows, model), (model, hidden), (hidden, model), (model, hidden),
               (hidden, model)]
     return fn, specs, shapes, P()
+
+
+GENERATOR = Generator("wrapped", 0.15, WrappedCase, draw_wrapped,
+                      build=build_wrapped)

@@ -7,14 +7,15 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import overlap_hlo
-from overlap_hlo.tools import fuzz, fuzz_wrapped
+from overlap_hlo.tools import (fuzz, fuzz_api, fuzz_block, fuzz_common, fuzz_exchange,
+                               fuzz_huge, fuzz_promoted, fuzz_sites, fuzz_wrapped)
 
 
 @settings(max_examples=12, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(min_value=0, max_value=2**32 - 1))
 def test_random_programs_agree(seed):
-    case = fuzz.draw(random.Random(seed), seed)
+    case = fuzz_sites.draw(random.Random(seed), seed)
     outcome, detail = fuzz.run(case)
     # Programs JAX or XLA:CPU itself rejects say nothing about the rewrite.
     assume(outcome not in ("not generated", "original fails"))
@@ -22,12 +23,13 @@ def test_random_programs_agree(seed):
     assert outcome in expected, f"{outcome}: {detail}\n{case.describe()}"
 
 
-def plain_case(kind: str) -> fuzz.Case:
+def plain_case(kind: str) -> fuzz_sites.Case:
     """A one-axis f32 site on 4 devices: (16, 8) @ (8, 12), dim 0 gathered or scattered."""
-    return fuzz.Case(mesh=(4,), axes=("x",), kind=kind, batch=(), contracting=(8,),
-                     lhs_free=(16,), rhs_free=(12,), lhs_order=(1, 0), rhs_order=(0, 1),
-                     operand=0, role="free", index=0, dtype="float32", shardy=True,
-                     bidirectional=False, unroll=1, seed=3)
+    return fuzz_sites.Case(mesh=(4,), axes=("x",), kind=kind, batch=(), contracting=(8,),
+                           lhs_free=(16,), rhs_free=(12,), lhs_order=(1, 0),
+                           rhs_order=(0, 1), operand=0, role="free", index=0,
+                           dtype="float32", shardy=True, bidirectional=False, unroll=1,
+                           seed=3)
 
 
 @pytest.mark.parametrize("kind,context,expected", [
@@ -83,15 +85,16 @@ def test_tpu_summing_ring_layouts(seed):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_promoted_reduce_scatters(seed):
-    case = fuzz.draw_promoted(random.Random(seed), seed)
+    case = fuzz_promoted.draw_promoted(random.Random(seed), seed)
     outcome, detail = fuzz.run(case)
     assert outcome == "rewritten", f"{detail}\n{case.describe()}"
 
 
 def test_api_call_sequences_match_jax_jit():
-    case = fuzz.ApiCase((("python", 0.5, 1, None), ("python", 3.0, 1, None),
-                         ("weak", 0.5, 1, None), ("bfloat16", 0.5, 2, None),
-                         ("float32", 0.25, 2, "highest"), ("float32", 0.25, 2, None)), 0)
+    case = fuzz_api.ApiCase((("python", 0.5, 1, None), ("python", 3.0, 1, None),
+                             ("weak", 0.5, 1, None), ("bfloat16", 0.5, 2, None),
+                             ("float32", 0.25, 2, "highest"), ("float32", 0.25, 2, None)),
+                            0)
     outcome, detail = fuzz.run(case)
     assert outcome == "rewritten", detail
     assert detail == "6 calls, 5 executables (jax.jit: 5)"
@@ -99,7 +102,7 @@ def test_api_call_sequences_match_jax_jit():
 
 @pytest.mark.parametrize("kind", ["gather", "scatter"])
 def test_huge_cases_are_checked_on_the_ir(kind):
-    case = fuzz.HugeCase(kind, group=8, rows=2 ** 29, bidirectional=True, unroll=2)
+    case = fuzz_huge.HugeCase(kind, group=8, rows=2 ** 29, bidirectional=True, unroll=2)
     assert fuzz.run(case) == ("rewritten", "IR only: 64-bit offsets")
 
 
@@ -110,21 +113,53 @@ def test_fuzz_script_reports_its_figures(capsys):
     assert out.rstrip().endswith("3 passed, 0 failed")
 
 
+def test_every_generator_module_is_registered_once():
+    """Each tools/fuzz_<name>.py that declares a GENERATOR is on GENERATORS' one line per
+    generator, under its own name and case class; only fuzz_sites takes the rest."""
+    import importlib
+    import pathlib
+
+    folder = pathlib.Path(fuzz.__file__).parent
+    declared = [importlib.import_module(f"overlap_hlo.tools.{path.stem}").GENERATOR
+                for path in sorted(folder.glob("fuzz_*.py"))
+                if "GENERATOR =" in path.read_text()]
+    assert sorted(g.name for g in declared) == sorted(g.name for g in fuzz.GENERATORS)
+    assert len({g.name for g in fuzz.GENERATORS}) == len(fuzz.BY_CASE) == len(declared)
+    assert [g.name for g in fuzz.GENERATORS if g.share is None] == ["sites"]
+    assert sum(g.share for g in fuzz.GENERATORS if g.share is not None) < 1
+
+
+def test_draw_any_reaches_every_generator():
+    rng = random.Random(5)
+    drawn = {fuzz.BY_CASE[type(fuzz.draw_any(rng, i))].name for i in range(400)}
+    assert drawn == {g.name for g in fuzz.GENERATORS}
+
+
+def test_a_generator_builds_or_runs_its_cases():
+    with pytest.raises(TypeError, match="exactly one"):
+        fuzz_common.Generator("both", 0.1, object, fuzz_sites.draw,
+                              build=fuzz_sites.build_site, run=fuzz_huge.run_huge)
+    with pytest.raises(TypeError, match="exactly one"):
+        fuzz_common.Generator("neither", 0.1, object, fuzz_sites.draw)
+
+
 def test_a_dot_behind_a_transpose_inside_a_sum_is_reported():
     """psum_scatter(x @ w + 1) where the einsum ends in a transpose: the add's leaf is a
     transpose of the dot, which the ring does not follow: left unchanged, and said."""
-    case = fuzz.Case(mesh=(4,), axes=("x",), kind="scatter", batch=(), contracting=(2,),
-                     lhs_free=(4, 5), rhs_free=(12,), lhs_order=(0, 2, 1), rhs_order=(1, 0),
-                     operand=1, role="free", index=2, dtype="float32", shardy=True,
-                     bidirectional=True, unroll=1, seed=3, context="biased_read")
+    case = fuzz_sites.Case(mesh=(4,), axes=("x",), kind="scatter", batch=(),
+                           contracting=(2,), lhs_free=(4, 5), rhs_free=(12,),
+                           lhs_order=(0, 2, 1), rhs_order=(1, 0), operand=1, role="free",
+                           index=2, dtype="float32", shardy=True, bidirectional=True,
+                           unroll=1, seed=3, context="biased_read")
     outcome, detail = fuzz.run(case)
     assert outcome == "unchanged" and "not followed inside a sum" in detail
 
 
-@pytest.mark.parametrize("template", sorted(fuzz.EXCHANGES))
+@pytest.mark.parametrize("template", sorted(fuzz_exchange.EXCHANGES))
 def test_all_to_all_exchanges_agree(template):
     """An all_to_all beside a dot, each template on a group of 4 of a 2-D mesh, in f32."""
-    case = fuzz.ExchangeCase((2, 4), "y", template, (2, 3, 2, 3), "float32", True, 7)
+    case = fuzz_exchange.ExchangeCase((2, 4), "y", template, (2, 3, 2, 3), "float32", True,
+                                      7)
     assert fuzz.run(case)[0] == "rewritten"
 
 
@@ -133,10 +168,10 @@ def test_an_ill_conditioned_bf16_block_is_judged_against_f32():
     two streams): 0.24 off the original, yet 0.26 off the f32 result where the original
     is 0.079 off it. Judged against f32, not called a mismatch (found by
     `overlap-fuzz --seed 20261212`, case 104)."""
-    case = fuzz.BlockCase(mesh=(8,), axis="x", batch_axis=None, layers=2, norm="layer",
-                          activation="relu", sizes=(4, 2, 2, 2), scanned=False,
-                          dtype="bfloat16", shardy=True, seed=20261272783740,
-                          bidirectional=True, unroll=1)
+    case = fuzz_block.BlockCase(mesh=(8,), axis="x", batch_axis=None, layers=2,
+                                norm="layer", activation="relu", sizes=(4, 2, 2, 2),
+                                scanned=False, dtype="bfloat16", shardy=True,
+                                seed=20261272783740, bidirectional=True, unroll=1)
     outcome, detail = fuzz.run(case)
     assert outcome == "rewritten" and "against f32" in detail, detail
 
