@@ -24,6 +24,7 @@ class SummingRingOptions:
     model_decides_summing_rings: ClassVar[bool] = True   # else only when asked
 
     tpu_summing_rings: bool | None = field(default=None, metadata={
+        "tried": ((None, ""), (True, "summing rings")), "tried_on": ("TPU",),
         "help": "overlap-all-gather-matmul: build rings that sum over a contracting "
                 "gathered dim (FSDP) for TPU too; false: leave them unchanged there. "
                 "Default: the cost model decides them where it decides the site, with a "
@@ -71,6 +72,8 @@ class GatherRingOptions(SummingRingOptions):
                 "result's type, as XLA's windowed einsum does, but always in f32 for f16 "
                 "and 8-bit floats); costs an f32 buffer of the result's size"})
     own_shard_last: bool = field(default=False, metadata={
+        "tried": ((False, ""), (True, "own shard last")),
+        "tried_with": {"tpu_summing_rings": True},
         "help": "overlap-all-gather-matmul, the TPU form of a two-stream ring that sums: "
                 "multiply the device's own shard last, beside the shard both streams "
                 "reach last (every dot over two shards, round 0's shifts bare), instead "

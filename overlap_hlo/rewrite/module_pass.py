@@ -3,8 +3,10 @@ fields, typed from the caller to the pass, and a run that never leaves a broken 
 
 A pass's options are its init fields: each field's metadata carries its help and how its
 text parses (`parse`, else by its type; `metavar`, `minimum`, `choices`, `flag` for the
-command line). Pipeline text (`threshold-mib=0`) and Python values (`threshold_mib=0`,
-a `Hardware`, a `Links`) both end as the field's type.
+command line), and the values overlap-report tries (`tried`: (value, label) pairs, the
+first its base; `tried_with`: options set with them; `tried_on`: only for these
+platforms; see targets/candidates.py). Pipeline text (`threshold-mib=0`) and Python values
+(`threshold_mib=0`, a `Hardware`, a `Links`) both end as the field's type.
 
 `run` snapshots the module, lets the pass `apply` its sites one by one, and verifies the
 result. A site whose rewrite raises or leaves the module invalid is left unchanged and

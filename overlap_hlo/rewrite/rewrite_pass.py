@@ -55,7 +55,7 @@ class RewritePass(ModulePass):
     False when no flag sets it); tools/cli.py makes the flags from these."""
 
     threshold_mib: float | None = field(default=None, metadata={
-        "metavar": "MIB", "minimum": 0,
+        "metavar": "MIB", "minimum": 0, "tried": ((0, "every site"),),
         "help": "leave a site unchanged when its communicated tensor is smaller than "
                 f"this many MiB (0: rewrite every legal site); overrides the cost model; "
                 f"default {DEFAULT_THRESHOLD_MIB:g} when no hardware is named"})
@@ -64,6 +64,7 @@ class RewritePass(ModulePass):
         "help": "decide by the cost model for this hardware profile "
                 f"({', '.join(cost.PROFILES)}) or .json profile file"})
     bidirectional: bool | None = field(default=None, metadata={
+        "tried": ((True, "two streams"), (False, "one stream")),
         "help": "two streams in opposite ring directions, about N/2 rounds "
                 "(groups of 2 fall back to one stream); false: one stream. Default: "
                 "when the cost model decides (a hardware profile, no threshold-mib), the "

@@ -3,6 +3,7 @@ among their compiled schedules: the fastest, each pass its fastest form, or the
 original (`choose`)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -20,19 +21,57 @@ from overlap_hlo.targets.schedule import Analysis
 # these option sets and keeps the module whose schedule is predicted fastest, or the
 # original when none is faster: the cost model prices sites one at a time, the compiled
 # schedule sees what they do to each other (a weight no longer prefetched into fast
-# memory beside a ring). The first is the cost model's own choice: its sites' records
-# say what was decided when the original is kept. The last two build the summing rings
-# the TPU forms otherwise leave unchanged (FSDP), in their two layouts (the own shard
-# first or last: neither is faster everywhere); TPU only, and a module without one is
-# the second, compiled once.
-CANDIDATES = {"per site": {},
-              "every site, two streams": {"threshold_mib": 0, "bidirectional": True},
-              "every site, one stream": {"threshold_mib": 0, "bidirectional": False},
-              "every site, two streams, summing rings": {
-                  "threshold_mib": 0, "bidirectional": True, "tpu_summing_rings": True},
-              "every site, two streams, summing rings, own shard last": {
-                  "threshold_mib": 0, "bidirectional": True, "tpu_summing_rings": True,
-                  "own_shard_last": True}}
+# memory beside a ring). They are made from the options' `tried` declarations
+# (`declared_candidates`): the first is the cost model's own choice (its sites' records
+# say what was decided when the original is kept); then every site in two streams and
+# one; then the TPU summing rings the cost model otherwise leaves unchanged (FSDP), with
+# the own shard first or last (neither is faster everywhere). A module one of them leaves
+# as another made it is compiled once.
+PER_SITE = "per site"
+
+
+def _tried_options() -> dict[str, dataclasses.Field]:
+    """Python name -> field of each option some registered pass declares `tried`, in
+    declaration order (the first pass to declare it)."""
+    found: dict[str, dataclasses.Field] = {}
+    for cls in registered_passes().values():
+        for f in cls.options().values():
+            if "tried" in f.metadata:
+                found.setdefault(f.name, f)
+    return found
+
+
+def declared_candidates() -> dict[str, dict]:
+    """Label -> options: PER_SITE (every option its default), a base with each tried
+    option at its first value, then the base with each further value of one option at
+    a time (and the values it is `tried_with`); a label names the values set, each by
+    its declared label."""
+    fields = _tried_options()
+    labels = {(name, value): label for name, f in fields.items()
+              for value, label in f.metadata["tried"]}
+    base = {name: f.metadata["tried"][0][0] for name, f in fields.items()
+            if f.metadata["tried"][0] != (f.default, "")}
+
+    def label_of(options: dict) -> str:
+        return ", ".join(labels[item] for item in options.items() if labels[item])
+
+    forms = {PER_SITE: {}, label_of(base): base}
+    for name, f in fields.items():
+        for value, _ in f.metadata["tried"][1:]:
+            options = dict(base, **f.metadata.get("tried_with", {}))
+            options[name] = value
+            forms[label_of(options)] = options
+    return forms
+
+
+def tried_on(options: dict, platform: str) -> bool:
+    """Whether a candidate's `options` are tried for `platform` ("TPU", "GPU")."""
+    fields = _tried_options()
+    return all(platform in fields[name].metadata.get("tried_on", (platform,))
+               for name in options if name in fields)
+
+
+CANDIDATES = declared_candidates()
 ORIGINAL = "the original"
 # A sixth candidate, built when the five disagree on which is fastest for different
 # passes: each ring pass with the options of the candidate whose sites of that pass
@@ -220,7 +259,7 @@ def choose(options: dict, rewritten: Callable[..., _Candidate], pipeline: str,
     the fastest, or ORIGINAL with its sites left unchanged when none is faster."""
     # label -> (options, pipeline, what makes its sites' records from the pass's)
     settings = {label: (dict(options, **extra), pipeline, list) for label, extra in forms.items()
-                if platform == "TPU" or "tpu_summing_rings" not in extra}
+                if tried_on(extra, platform)}
     tried = {label: rewritten(*setting[:2]) for label, setting in settings.items()}
     per_pass = fastest_per_pass(pipeline, tried, original, input_name, forms=forms,
                                 row_of=row_of)

@@ -87,3 +87,45 @@ def test_a_bad_default_is_a_pipeline_error():
     with pytest.raises(PipelineError, match="option 'unroll' expects int"):
         build_pass_manager("builtin.module(overlap-all-gather-matmul)", SiteLog(),
                            {"unroll": "many"}, compat.make_context())
+
+
+def test_report_candidates_come_from_the_tried_declarations():
+    """overlap-report's option sets are made from the options' `tried` metadata: the
+    cost model's choice, a base, and the base with one option varied at a time (with
+    the options it is tried with); the TPU-only ones are not tried on GPU."""
+    from overlap_hlo.targets import candidates
+    forms = candidates.declared_candidates()
+    assert forms == {
+        "per site": {},
+        "every site, two streams": {"threshold_mib": 0, "bidirectional": True},
+        "every site, one stream": {"threshold_mib": 0, "bidirectional": False},
+        "every site, two streams, summing rings": {
+            "threshold_mib": 0, "bidirectional": True, "tpu_summing_rings": True},
+        "every site, two streams, summing rings, own shard last": {
+            "threshold_mib": 0, "bidirectional": True, "tpu_summing_rings": True,
+            "own_shard_last": True}}
+    assert [label for label, options in forms.items()
+            if not candidates.tried_on(options, "GPU")] == list(forms)[3:]
+    assert all(candidates.tried_on(options, "TPU") for options in forms.values())
+
+
+def test_a_new_tried_option_is_one_declaration(monkeypatch):
+    """Declaring `tried` on a new pass's option adds its candidate, labelled by it."""
+    import dataclasses
+
+    from overlap_hlo.rewrite import pipeline
+    from overlap_hlo.rewrite.rewrite_pass import RewritePass
+    from overlap_hlo.targets import candidates
+
+    @dataclasses.dataclass(frozen=True)
+    class Probe(RewritePass):
+        name = "test-probe-pass"
+        stripes: int = dataclasses.field(default=1, metadata={
+            "tried": ((1, ""), (4, "four stripes")), "tried_with": {"bidirectional": False},
+            "help": "a test option"})
+
+    monkeypatch.setitem(pipeline._REGISTRY, Probe.name, Probe)
+    forms = candidates.declared_candidates()
+    assert forms["every site, one stream, four stripes"] == {
+        "threshold_mib": 0, "bidirectional": False, "stripes": 4}
+    assert len(forms) == 6
