@@ -146,8 +146,10 @@ class Ring:
         # partition ids (StableHLO: cross_partition), as global ids do here.
         global_ids = ("use_global_device_ids" in attrs
                       or (op.name == "stablehlo.all_to_all" and has_channel))
-        groups = _groups(attrs["replica_groups"], op, has_channel and global_ids,
-                         num_partitions * num_replicas)
+        flattened, num_devices = has_channel and global_ids, num_partitions * num_replicas
+        groups = scan.memo(("groups", attrs["replica_groups"], flattened, num_devices),
+                           lambda: _groups(attrs["replica_groups"], op, flattened,
+                                           num_devices))
         divergence = not_run_by_all(op, scan.callers)
         if divergence is not None:
             raise Unsupported(divergence)

@@ -32,7 +32,7 @@ def auto_axes_at(op: ir.Operation, scan) -> AutoAxes | None:
     module = module_of(op)
     regions = _enclosing_manual_computations(op)
     if not regions:
-        if any(_auto_axes(c) for c in scan.manual_computations):
+        if any(_auto_axes(c, scan) for c in scan.manual_computations):
             raise Unsupported("site outside the partially manual sdy.manual_computation "
                               "that may reach it: its manual axes are unknown")
         if scan.partially_manual_gspmd:
@@ -40,12 +40,12 @@ def auto_axes_at(op: ir.Operation, scan) -> AutoAxes | None:
         return None
     manual, mesh = set(), None
     for region in regions:
-        found = _auto_axes(region)
+        found = _auto_axes(region, scan)
         if found is None:
             return None
         mesh = found.mesh
-        manual |= set(_mesh_axes(module, mesh)) - set(found.axes)
-    auto = tuple(a for a in _mesh_axes(module, mesh) if a not in manual)
+        manual |= set(_mesh_axes(module, mesh, scan)) - set(found.axes)
+    auto = tuple(a for a in _mesh_axes(module, mesh, scan) if a not in manual)
     return AutoAxes(mesh, auto) if auto else None
 
 
@@ -53,12 +53,18 @@ def manual_axes_attr(axes) -> ir.Attribute:
     return sdy.ManualAxesAttr.get([ir.StringAttr.get(a) for a in axes])
 
 
-def _auto_axes(computation: ir.Operation) -> AutoAxes | None:
-    """Axes of its mesh that `computation` leaves automatic (None: fully manual)."""
+def _auto_axes(computation: ir.Operation, scan) -> AutoAxes | None:
+    """Axes of its mesh that `computation` leaves automatic (None: fully manual), read
+    once per pass run (`scan.memo`: the passes never erase a manual computation)."""
+    return scan.memo(("auto axes", hash(computation)),
+                     lambda: _read_auto_axes(computation, scan))
+
+
+def _read_auto_axes(computation: ir.Operation, scan) -> AutoAxes | None:
     mesh = _mesh_name(computation)
     if mesh is None:
         raise Unsupported("sdy.manual_computation without shardings naming its mesh")
-    axes = _mesh_axes(module_of(computation), mesh)
+    axes = _mesh_axes(module_of(computation), mesh, scan)
     declared = computation.attributes["manual_axes"]
     # ManualAxesAttr has no accessor in the bindings: the printed form proposes the
     # subset (each axis name is a quoted string in it), the typed equality confirms it.
@@ -80,8 +86,8 @@ def _mesh_name(computation: ir.Operation) -> str | None:
     return None
 
 
-def _mesh_axes(module: ir.Operation, name: str) -> list[str]:
-    return find_mesh(module, name).names
+def _mesh_axes(module: ir.Operation, name: str, scan) -> list[str]:
+    return scan.memo(("mesh axes", name), lambda: find_mesh(module, name).names)
 
 
 def _enclosing_manual_computations(op: ir.Operation) -> list[ir.Operation]:

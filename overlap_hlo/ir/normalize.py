@@ -61,26 +61,29 @@ MAX_INLINE_ROUNDS = 16
 
 def normalize(module_op: ir.Operation) -> None:
     """Every rewrite above, in place."""
-    collectives, branching = _scan(module_op)
+    collectives, branching, callers = _scan(module_op)
     if not collectives:
         return
     if inline_identical_branches(branching):   # the other branches' ops are gone
-        collectives, _ = _scan(module_op)
+        collectives, _, callers = _scan(module_op)
     bodies: dict[str, ir.Operation] = {}
-    if inline_loop_bodies(collectives, bodies):   # its collectives are new ops
+    if inline_loop_bodies(collectives, callers, bodies):   # its collectives are new ops
         _erase_unused_private(module_op, bodies)
-        collectives, _ = _scan(module_op)
+        collectives, _, callers = _scan(module_op)
     inlined: dict[str, ir.Operation] = {}
     for _ in range(MAX_INLINE_ROUNDS):
-        if not inline_calls(collectives, inlined):
+        near = _near(collectives)   # read again only after a rewrite
+        if not inline_calls(near, inlined):
             break
-    if inlined:
+    if inlined:   # (every round that did not break inlined a call)
         _erase_unused_private(module_op, inlined)
-    for dot in _unique(op for c in collectives for op in _neighbours(c)
-                       if op.name == "stablehlo.dot"):
+        near = _near(collectives)
+    dots = [op for op in near if op.name == "stablehlo.dot"]
+    for dot in dots:
         _as_dot_general(dot)
-    for dot in _unique(op for c in collectives for op in _neighbours(c)
-                       if op.name == "stablehlo.dot_general"):
+    if dots:
+        near = _near(collectives)
+    for dot in [op for op in near if op.name == "stablehlo.dot_general"]:
         _fold_transpose(dot)
     for collective in collectives:
         if collective.name == "stablehlo.all_reduce":
@@ -262,13 +265,16 @@ def _scatter_before_split(scatter: ir.Operation) -> None:
         reshape.erase()
 
 
-def _scan(module_op: ir.Operation) -> tuple[list[ir.Operation], list[ir.Operation]]:
-    """The all_gathers and reduce_scatters of the module, and the if/case ops that hold
-    one of them or a dot, innermost first."""
+def _scan(module_op: ir.Operation
+          ) -> tuple[list[ir.Operation], list[ir.Operation], Callers]:
+    """The all_gathers and reduce_scatters of the module, the if/case ops that hold
+    one of them or a dot (innermost first), and who calls each function."""
     collectives: list[ir.Operation] = []
     branching: dict[int, tuple[int, ir.Operation]] = {}   # by identity: (depth, op)
+    callers = Callers()
 
     def visit(op):
+        callers.note(op)
         if op.name in COLLECTIVES or op.name in DOTS:
             if op.name in COLLECTIVES:
                 collectives.append(op)
@@ -283,7 +289,7 @@ def _scan(module_op: ir.Operation) -> tuple[list[ir.Operation], list[ir.Operatio
 
     module_op.walk(visit)
     ordered = sorted(branching.values(), key=lambda item: -item[0])
-    return collectives, [op for _, op in ordered]
+    return collectives, [op for _, op in ordered], callers
 
 
 def _neighbours(collective: ir.Operation) -> list[ir.Operation]:
@@ -333,11 +339,16 @@ def _unique(ops) -> list[ir.Operation]:
     return list({hash(op): op for op in ops}.values())
 
 
-def inline_calls(collectives: list[ir.Operation], inlined: dict[str, ir.Operation]) -> int:
-    """Inline each func.call that reads an all_gather's result (through views) or whose
-    result a reduce_scatter scatters; returns how many, and notes each callee in
-    `inlined`."""
-    calls = _unique(op for c in collectives for op in _neighbours(c) if op.name == "func.call")
+def _near(collectives: list[ir.Operation]) -> list[ir.Operation]:
+    """The collectives' `_neighbours`, each once, in order."""
+    return _unique(op for c in collectives for op in _neighbours(c))
+
+
+def inline_calls(near: list[ir.Operation], inlined: dict[str, ir.Operation]) -> int:
+    """Inline each func.call among the collectives' neighbours `near` (one that reads
+    an all_gather's result through views, or whose result a reduce_scatter scatters);
+    returns how many, and notes each callee in `inlined`."""
+    calls = [op for op in near if op.name == "func.call"]
     count = 0
     for call in calls:
         func = callee(call)
@@ -348,22 +359,14 @@ def inline_calls(collectives: list[ir.Operation], inlined: dict[str, ir.Operatio
     return count
 
 
-def inline_loop_bodies(collectives: list[ir.Operation], inlined: dict[str, ir.Operation]
-                       ) -> int:
+def inline_loop_bodies(collectives: list[ir.Operation], callers: Callers,
+                       inlined: dict[str, ir.Operation]) -> int:
     """Inline the call that is a while loop's body (jax 0.10.2 calls a scan's body as
     a private function) where that function, called once, holds a collective: the
     residual it updates is then a value of the loop's own body, and a layer's weights
     are slices of the stacked ones there, as jax 0.12 emits them. Returns how many."""
-    callers = Callers()
-    roots = list(collectives)
-    if not roots:
-        return 0
-    module_op = roots[0]
-    while module_op.parent is not None:
-        module_op = module_op.parent
-    module_op.walk(lambda op: (callers.note(op), ir.WalkResult.ADVANCE)[1])
     count = 0
-    for collective in roots:
+    for collective in collectives:
         func = collective.parent
         while func is not None and func.name != "func.func":
             func = func.parent

@@ -31,6 +31,7 @@ class ModuleScan:
         self.partially_manual_gspmd = False
         self.ignored: list[str] = []   # "op-name attribute" of attributes not understood
         self.callers = Callers()
+        self._memo: dict = {}
 
         def visit(op):
             attrs = op.attributes
@@ -56,6 +57,14 @@ class ModuleScan:
             return ir.WalkResult.ADVANCE
 
         module_op.walk(visit)
+
+    def memo(self, key, compute):
+        """`compute()`, once per `key` in this pass run: for what depends only on
+        attributes and on ops the ring passes never erase (meshes, manual computations).
+        A failure is not kept: each caller gets its own Unsupported."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def where(self, location: ir.Location) -> str:
         """`location` as remarks name it ("file:line:col")."""
