@@ -13,7 +13,7 @@ from overlap_hlo import api
 from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.rewrite.pipeline import (Element, parse_pipeline, pipeline_text,
                                           registered_passes)
-from overlap_hlo.targets.report_rows import SLOWER_TOLERANCE, _row
+from overlap_hlo.targets.report_rows import SLOWER_TOLERANCE, _row, site_rows
 from overlap_hlo.targets.schedule import Analysis
 
 
@@ -126,14 +126,11 @@ def fastest_per_pass(pipeline: str, tried: dict[str, _Candidate], original: Anal
     for label, candidate in tried.items():
         if first.setdefault(id(candidate.analysis), label) != label:
             continue
-        by_location: dict[str, list] = {}
-        for site in candidate.sites:
-            by_location.setdefault(site.location, []).append(site)
-        for location, group in by_location.items():
-            row = row_of(location, group, original, candidate.analysis, input_name)
+        for row in site_rows(candidate.sites, original, candidate.analysis, input_name,
+                             row_of):
             per = sites.setdefault(row.pattern, {})
-            per.setdefault(label, {})[location] = row.after_us
-            per.setdefault(ORIGINAL, {})[location] = row.before_us
+            per.setdefault(label, {})[row.location] = row.after_us
+            per.setdefault(ORIGINAL, {})[row.location] = row.before_us
     times: dict[str, dict[str, float]] = {}
     for name, per in sites.items():
         per[ORIGINAL] = per.pop(ORIGINAL)       # last: chosen only when faster
@@ -203,16 +200,12 @@ def _slower_sites(candidate: _Candidate, original: Analysis, input_name: str | N
                   row_of: Callable) -> dict[str, tuple[float, float]]:
     """Position -> (original us, rewritten us) of the candidate's rewritten sites whose
     row took longer than the original's, beyond SLOWER_TOLERANCE."""
-    by_location: dict[str, list] = {}
-    for site in candidate.sites:
-        by_location.setdefault(site.location, []).append(site)
-    slower = {}
-    for location, group in by_location.items():
-        if any(site.applied for site in group):
-            row = row_of(location, group, original, candidate.analysis, input_name)
-            if row.after_us > row.before_us * (1 + SLOWER_TOLERANCE):
-                slower[location] = (row.before_us, row.after_us)
-    return slower
+    rewritten = {site.location for site in candidate.sites if site.applied}
+    return {row.location: (row.before_us, row.after_us)
+            for row in site_rows(candidate.sites, original, candidate.analysis,
+                                 input_name, row_of)
+            if row.location in rewritten
+            and row.after_us > row.before_us * (1 + SLOWER_TOLERANCE)}
 
 
 def _kept_at(site, slower: dict[str, tuple[float, float]]):

@@ -12,7 +12,7 @@ from overlap_hlo.targets import aot, gpu, schedule, tpu
 from overlap_hlo.targets.candidates import CANDIDATES, _Candidate, choose, profile_decides
 from overlap_hlo.targets.gpu_timing import GpuTiming
 from overlap_hlo.targets.report_render import Report
-from overlap_hlo.targets.report_rows import _row
+from overlap_hlo.targets.report_rows import _row, site_rows
 from overlap_hlo.targets.schedule import Analysis, Timing
 
 
@@ -89,11 +89,7 @@ def build_variants(source, topology: str | tpu.Topology | gpu.Target, variants: 
                 input_name, kind.platform, forms=forms, row_of=row_of)
         else:
             result = rewritten(options)
-        by_location: dict[str, list] = {}
-        for site in result.sites:
-            by_location.setdefault(site.location, []).append(site)
-        rows = [row_of(location, group, original, result.analysis, input_name)
-                for location, group in by_location.items()]
+        rows = site_rows(result.sites, original, result.analysis, input_name, row_of)
         reports[name] = Report(topo.name, timing.hardware.name, timing.clock_ghz,
                                options, rows, original, result.analysis,
                                original.temp_bytes, result.analysis.temp_bytes,

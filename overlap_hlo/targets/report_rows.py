@@ -98,17 +98,20 @@ class _SiteTime:
 
 
 def _site_time(analysis: Analysis, location: str, at_a_dot: Callable[[str], bool],
-               also: tuple = ()) -> _SiteTime:
+               at_its_dot: Callable[[str], bool], also: tuple = ()) -> _SiteTime:
     """The site's time in one compiled module: its collectives' and permutes' waits,
-    the compute at its location, the matmuls beside its collectives and the
-    instructions named in `also` (copies the compiler put in its loops, which carry no
-    location). A collective without a location belongs to the site when a matmul
-    beside it sits at one of the site's dots (`at_a_dot` of its HLO location)."""
+    the compute at its location and at its own dots' positions (`at_its_dot`: the
+    ring takes the dots there to the site's location), the matmuls beside its
+    collectives and the instructions named in `also` (copies the compiler put in its
+    loops, which carry no location). A collective without a location belongs to the
+    site when a matmul beside it sits at one of the site's dots (`at_a_dot`)."""
     collectives = [c for c in analysis.collectives if c.location == location or (
         not c.location and any(at_a_dot(_where(m)) for m in analysis.matmuls_beside(c)))]
     exposed = (sum(c.exposed_us for c in collectives)
                + sum(p.exposed_us for p in analysis.permutes_at(location)))
     names = set(analysis.names_by_location.get(location, ())) | set(also)
+    names |= {name for hlo, at in analysis.names_by_location.items() if at_its_dot(hlo)
+              for name in at}
     names |= {dot.name for collective in collectives
               for dot in analysis.matmuls_beside(collective)}
     compute = sum(analysis.compute_by_name.get(name, 0.0) for name in names)
@@ -116,11 +119,32 @@ def _site_time(analysis: Analysis, location: str, at_a_dot: Callable[[str], bool
                      analysis.compute_by_category(names))
 
 
-def _row(location, sites, original, rewritten, input_name) -> SiteRow:
+def site_rows(sites: list, original: Analysis, rewritten: Analysis,
+              input_name: str | None, row_of: Callable | None = None) -> list[SiteRow]:
+    """One row per site location (`row_of`, default `_row`), in the sites' order; a
+    dot position some other site names too (as a dot or as its own position) is
+    counted by no row's `own dots`."""
+    by_location: dict[str, list] = {}
+    for site in sites:
+        by_location.setdefault(site.location, []).append(site)
+    named: dict = {}   # position -> how many locations name it
+    for group in by_location.values():
+        for where in {group[0].where, *(dot for site in group for dot in site.dots)}:
+            named[where] = named.get(where, 0) + 1
+    shared = frozenset(where for where, count in named.items() if count > 1)
+    return [(row_of or _row)(location, group, original, rewritten, input_name,
+                             shared=shared)
+            for location, group in by_location.items()]
+
+
+def _row(location, sites, original, rewritten, input_name,
+         shared: frozenset = frozenset()) -> SiteRow:
     """One site's row; `sites` are its records (one per pass run that met it), which
-    name its dots and carry the analytic model's estimates."""
+    name its dots and carry the analytic model's estimates. Positions in `shared`
+    (named by other sites too) do not count as its own dots' (`site_rows`)."""
     where = sites[0].where
     dots = {dot for site in sites for dot in site.dots}
+    own = dots - shared - {where}
     spellings = {loc for analysis in (rewritten, original)
                  for loc in (*analysis.names_by_location,
                              *(p.location for p in analysis.permutes),
@@ -131,12 +155,15 @@ def _row(location, sites, original, rewritten, input_name) -> SiteRow:
     def at_a_dot(hlo: str) -> bool:
         return any(_at(hlo, dot, input_name) for dot in dots)
 
+    def at_its_dot(hlo: str) -> bool:
+        return hlo != hlo_location and any(_at(hlo, dot, input_name) for dot in own)
+
     permutes = rewritten.permutes_at(hlo_location)
     loops = [loop for loop in rewritten.loops if loop.location == hlo_location]
     copies = [c for c in rewritten.loop_copies
               if any(loop.body == c.body for loop in loops)]
-    before = _site_time(original, hlo_location, at_a_dot)
-    after = _site_time(rewritten, hlo_location, at_a_dot,
+    before = _site_time(original, hlo_location, at_a_dot, at_its_dot)
+    after = _site_time(rewritten, hlo_location, at_a_dot, at_its_dot,
                        also=tuple(c.name for c in copies if c.location != hlo_location))
     breakdown = {name: [before.compute_by_category.get(name, 0.0),
                         after.compute_by_category.get(name, 0.0)]

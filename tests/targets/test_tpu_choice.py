@@ -52,18 +52,18 @@ def test_each_pass_gets_the_form_fastest_for_its_sites_or_stays(monkeypatch):
     original = {gather: 100, scatter: 60}
 
     class Row:
-        def __init__(self, pattern, label):
+        def __init__(self, location, pattern, label):
             self.pattern, self.after_us = pattern, times[label][pattern]
-            self.before_us = original[pattern]
+            self.location, self.before_us = location, original[pattern]
 
-    monkeypatch.setattr(report, "_row", lambda location, group, orig, analysis, name:
-                        Row(group[0].pattern, analysis))
+    monkeypatch.setattr(report, "_row", lambda location, group, orig, analysis, name, **_:
+                        Row(location, group[0].pattern, analysis))
     monkeypatch.setattr(report, "CANDIDATES", {"per site": {}, "two": {
         "threshold_mib": 0, "bidirectional": True}, "one": {"threshold_mib": 0}})
 
     class Site:
         def __init__(self, pattern):
-            self.pattern, self.location = pattern, pattern
+            self.pattern, self.location, self.where, self.dots = pattern, pattern, pattern, ()
 
     sites = [Site(gather), Site(scatter)]
     tried = {label: report._Candidate(None, sites, label) for label in times}
@@ -94,11 +94,12 @@ def test_sites_whose_rows_are_slower_are_tried_unchanged(kept_us, chosen):
         def __init__(self, total_us):
             self.total_us, self.temp_bytes = total_us, 0
 
-    class Row:
-        def __init__(self, before_us, after_us):
-            self.before_us, self.after_us = before_us, after_us
-
     slow, fast = Where("model.py", 1, 1), Where("model.py", 2, 2)
+
+    class Row:
+        def __init__(self, where, before_us, after_us):
+            self.location, self.before_us, self.after_us = str(where), before_us, after_us
+
     built = []
 
     def rewritten(options, text):
@@ -109,13 +110,13 @@ def test_sites_whose_rows_are_slower_are_tried_unchanged(kept_us, chosen):
                  Site(fast, "p", applied=True)]
         return report._Candidate(None, sites, Analysis(kept_us if keep else 100.0))
 
-    rows = {str(slow): Row(100.0, 120.0), str(fast): Row(80.0, 50.0)}
+    rows = {str(slow): Row(slow, 100.0, 120.0), str(fast): Row(fast, 80.0, 50.0)}
     tried = {"two": rewritten({"bidirectional": True}, "PIPE")}
     times = {"two": 100.0}
     settings = {"two": ({"bidirectional": True}, "PIPE", list)}
     label = candidates._keep_slower_sites(
         "two", tried, times, settings, rewritten, None, None,
-        lambda location, group, orig, analysis, name: rows[location])
+        lambda location, group, orig, analysis, name, **_: rows[location])
     assert label == chosen
     kept = "two, its 1 slower site(s) kept"
     assert built[1] == ({"bidirectional": True, "keep_sites": "model.py:1:1"}, "PIPE")

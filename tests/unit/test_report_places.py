@@ -42,3 +42,47 @@ def test_the_timeline_names_what_was_kept(chosen, applied, kept):
     rep = _report(chosen, applied)
     assert rep.kept == kept
     assert rep.timeline_panels() == {"original": "before", kept: "after"}
+
+
+def _analysis(names_by_location: dict, compute_by_name: dict):
+    from overlap_hlo.targets.schedule import Analysis
+
+    class Fake(Analysis):   # every instruction a dot: no compiled module needed
+        def compute_by_category(self, names=None):
+            return {"dots": sum(us for name, us in self.compute_by_name.items()
+                                if names is None or name in names)}
+
+    total = sum(compute_by_name.values())
+    return Fake(total_us=total, compute_us=total, compute_by_name=compute_by_name,
+                names_by_location=names_by_location)
+
+
+def _site(line: int, dot_lines: tuple[int, ...]):
+    from overlap_hlo.rewrite.site import Site
+    return Site(Where("m.py", line, 1), "overlap-all-gather-matmul", True,
+                dots=tuple(Where("m.py", d, 1) for d in dot_lines))
+
+
+def test_a_row_holds_the_compute_at_its_own_dots_on_both_sides():
+    """A ring moves its dots from their own positions to the site's: a row counts the
+    compute at both on both sides, so a site whose ring computes what its dots did is
+    not called slower; a position two sites name is counted by neither, and the rows
+    and what is outside them add up to the module."""
+    from overlap_hlo.targets.report_rows import outside_sites, site_rows
+
+    original = _analysis({"m.py:2:1": {"dot_a"}, "m.py:6:1": {"dot_b", "dot_b_grad"},
+                          "m.py:9:1": {"attention"}},
+                         {"dot_a": 10.0, "dot_b": 20.0, "dot_b_grad": 5.0, "attention": 7.0})
+    rewritten = _analysis({"m.py:1:1": {"ring_a"}, "m.py:5:1": {"ring_b"},
+                           "m.py:6:1": {"dot_b_grad"}, "m.py:9:1": {"attention"}},
+                          {"ring_a": 10.0, "ring_b": 20.0, "dot_b_grad": 5.0,
+                           "attention": 7.0})
+    a, b = site_rows([_site(1, (2,)), _site(5, (6,))], original, rewritten, None)
+    assert (a.original_compute_us, a.rewritten_compute_us) == (10.0, 10.0)
+    assert (b.original_compute_us, b.rewritten_compute_us) == (25.0, 25.0)
+    assert not a.got_slower and not b.got_slower
+    assert outside_sites([a, b], original, rewritten)["compute_us"] == [7.0, 7.0]
+
+    a, b = site_rows([_site(1, (2,)), _site(5, (6, 2))], original, rewritten, None)
+    assert (a.original_compute_us, b.original_compute_us) == (0.0, 25.0)   # m.py:2:1: shared
+    assert outside_sites([a, b], original, rewritten)["compute_us"] == [17.0, 7.0]
