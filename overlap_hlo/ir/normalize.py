@@ -75,7 +75,7 @@ def normalize(module_op: ir.Operation) -> None:
         near = _near(collectives)   # read again only after a rewrite
         if not inline_calls(near, inlined):
             break
-    if inlined:   # (every round that did not break inlined a call)
+    if inlined:   # `near` was read before the last inlining
         _erase_unused_private(module_op, inlined)
         near = _near(collectives)
     dots = [op for op in near if op.name == "stablehlo.dot"]

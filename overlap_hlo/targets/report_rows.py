@@ -119,24 +119,6 @@ def _site_time(analysis: Analysis, location: str, at_a_dot: Callable[[str], bool
                      analysis.compute_by_category(names))
 
 
-def site_rows(sites: list, original: Analysis, rewritten: Analysis,
-              input_name: str | None, row_of: Callable | None = None) -> list[SiteRow]:
-    """One row per site location (`row_of`, default `_row`), in the sites' order; a
-    dot position some other site names too (as a dot or as its own position) is
-    counted by no row's `own dots`."""
-    by_location: dict[str, list] = {}
-    for site in sites:
-        by_location.setdefault(site.location, []).append(site)
-    named: dict = {}   # position -> how many locations name it
-    for group in by_location.values():
-        for where in {group[0].where, *(dot for site in group for dot in site.dots)}:
-            named[where] = named.get(where, 0) + 1
-    shared = frozenset(where for where, count in named.items() if count > 1)
-    return [(row_of or _row)(location, group, original, rewritten, input_name,
-                             shared=shared)
-            for location, group in by_location.items()]
-
-
 def _row(location, sites, original, rewritten, input_name,
          shared: frozenset = frozenset()) -> SiteRow:
     """One site's row; `sites` are its records (one per pass run that met it), which
@@ -156,7 +138,7 @@ def _row(location, sites, original, rewritten, input_name,
         return any(_at(hlo, dot, input_name) for dot in dots)
 
     def at_its_dot(hlo: str) -> bool:
-        return hlo != hlo_location and any(_at(hlo, dot, input_name) for dot in own)
+        return any(_at(hlo, dot, input_name) for dot in own)
 
     permutes = rewritten.permutes_at(hlo_location)
     loops = [loop for loop in rewritten.loops if loop.location == hlo_location]
@@ -195,6 +177,23 @@ def _row(location, sites, original, rewritten, input_name,
                           "lane": p.lane, "executions": p.executions,
                           "exposed_us": p.exposed_us}
                          for p in permutes])
+
+
+def site_rows(sites: list, original: Analysis, rewritten: Analysis,
+              input_name: str | None, row_of: Callable = _row) -> list[SiteRow]:
+    """One row per site location (`row_of`), in the sites' order; a
+    dot position some other site names too (as a dot or as its own position) is
+    counted by no row's `own dots`."""
+    by_location: dict[str, list] = {}
+    for site in sites:
+        by_location.setdefault(site.location, []).append(site)
+    named: dict = {}   # position -> how many locations name it
+    for group in by_location.values():
+        for where in {group[0].where, *(dot for site in group for dot in site.dots)}:
+            named[where] = named.get(where, 0) + 1
+    shared = frozenset(where for where, count in named.items() if count > 1)
+    return [row_of(location, group, original, rewritten, input_name, shared=shared)
+            for location, group in by_location.items()]
 
 
 def outside_sites(rows: list[SiteRow], original: Analysis,
