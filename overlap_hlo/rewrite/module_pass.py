@@ -16,6 +16,7 @@ a module that did not verify, verifying after every site to find the one to blam
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 import typing
 from dataclasses import dataclass
@@ -128,7 +129,8 @@ class ModulePass:
             records: list[Site] = []   # logged when the run succeeds
             failure = self.apply(module_op, records, broken, careful, log)
             if failure is None:
-                error = verification_error(module_op)
+                rewrote = any(site.applied for site in records)
+                error = verification_error(module_op) if rewrote else None
                 if error is None:
                     for site in records:
                         log.add(site)
@@ -155,9 +157,14 @@ def _convert(f: dataclasses.Field, kind: type, text: str, pass_name: str):
 
 def option_type(cls: type, name: str) -> type:
     """The type of option `name` of pass `cls` (`X | None` read as X)."""
-    hint = typing.get_type_hints(cls)[name]
+    hint = _type_hints(cls)[name]
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     return args[0] if args else hint
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict:
+    return typing.get_type_hints(cls)   # slow: it evaluates every annotation's text
 
 
 def verification_error(op: ir.Operation) -> str | None:
