@@ -47,8 +47,9 @@ from overlap_hlo.ir.lookthrough import (ViewedUse, dot_across_regions, erase_unu
                                         users_through_views)
 from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.passes import rings
-from overlap_hlo.passes.gather_consumers import (Assembly, Consumer, Fused, accumulator_type,
-                                                 fuse_epilogue, narrow_range)
+from overlap_hlo.passes.gather_consumers import (SUMS_LEFT_OUT, Assembly, Consumer, Fused,
+                                                 accumulator_type, fuse_epilogue,
+                                                 narrow_range, sums_left_out)
 from overlap_hlo.passes.gather_ring import emit_loop, plan_of
 from overlap_hlo.passes.gather_site import (GatherSite, consumers_detail, epilogues_detail,
                                             placed_consumers, readers_detail, ring_of,
@@ -185,21 +186,32 @@ class OverlapAllGatherMatmul(GatherRingOptions, RewritePass):
                 Outcome(scatter.location, skipped=True)
                 for _, scatter in self.scatters_fed(gather, dots, values)], scan)
         placed, unplaced = placed_consumers(dots, values, block, self.f32_sums, gather, scan)
-        groups, others, reused, moved = rings_and_other_readers(placed, uses)
-        consumers = [c for group in groups for c in group]
-        detail = (consumers_detail(consumers, gather, ring, inner, len(groups), scan)
-                  + readers_detail(unplaced, notes, reused, others))
-        groups = [fuse_epilogue(group) for group in groups]
-        detail += epilogues_detail(groups)
-        assembly = None if reused is None else Assembly(gather.results[0].type, block)
-        sums = any(c.result_dim is None for c in consumers)
-        return Match(detail, gather.results[0].type, ring,
-                     self.site_shape(ring, consumers, shard, sums),
-                     lambda bidirectional: plan_of(ring.size, self, sums, bidirectional),
-                     loops=len(groups), others=pending,
-                     dots=[c.dot.location for c in consumers],
-                     build=GatherSite(gather, inner, shard, dim, groups, assembly, values,
-                                      moved))
+
+        def form(placed: list[Consumer]) -> Match:
+            groups, others, reused, moved = rings_and_other_readers(placed, uses)
+            consumers = [c for group in groups for c in group]
+            detail = (consumers_detail(consumers, gather, ring, inner, len(groups), scan)
+                      + readers_detail(unplaced, notes, reused, others))
+            groups = [fuse_epilogue(group) for group in groups]
+            detail += epilogues_detail(groups)
+            assembly = None if reused is None else Assembly(gather.results[0].type, block)
+            sums = any(c.result_dim is None for c in consumers)
+            return Match(detail, gather.results[0].type, ring,
+                         self.site_shape(ring, consumers, shard, sums),
+                         lambda bidirectional: plan_of(ring.size, self, sums, bidirectional),
+                         loops=len(groups), others=pending,
+                         dots=[c.dot.location for c in consumers],
+                         build=GatherSite(gather, inner, shard, dim, groups, assembly,
+                                          values, moved))
+
+        match = form(placed)
+        products_only = sums_left_out(placed) if match.shape.sum_bytes else None
+        if products_only is not None:   # the ring sums: the other form leaves them out
+            alternative = form(products_only)
+            if alternative.build.assembly is not None:   # the sums read its buffer
+                match = dataclasses.replace(match, alternative=dataclasses.replace(
+                    alternative, detail=alternative.detail + SUMS_LEFT_OUT))
+        return match
 
     def site_shape(self, ring, consumers: list[Consumer], shard: ir.Value,
                    sums: bool) -> cost.SiteShape:

@@ -259,6 +259,27 @@ def share_loops(consumers: list[Consumer]) -> list[list[Consumer]]:
     return groups
 
 
+SUMS_LEFT_OUT = ("; its contracting-dim dot(s) read the gathered tensor the ring assembles "
+                 "(predicted faster than summing them in the ring)")
+
+
+def sums_left_out(placed: list[Consumer]) -> list[Consumer] | None:
+    """The consumers of the site's other form: its free and batch dims' dots in the
+    ring, its contracting dims' dots (a weight gradient, which in the ring would add a
+    product of its result's size each round) reading the tensor the ring assembles,
+    once, whole. The ring goes before the first of them all. None when the consumers
+    are not of both kinds or the ring's inputs do not exist there."""
+    ordered = in_program_order(placed)
+    kept = [c for c in ordered if c.result_dim is not None]
+    if not kept or len(kept) == len(ordered):
+        return None
+    first = ordered[0].anchor
+    if first.block != kept[0].anchor.block or not all(
+            dominates(value, first) for c in kept for value in c.inputs):
+        return None
+    return [dataclasses.replace(kept[0], anchor=first), *kept[1:]]
+
+
 def in_program_order(consumers: list[Consumer]) -> list[Consumer]:
     """`consumers` sorted by where their rings go, then by their dots."""
     return sorted(consumers, key=functools.cmp_to_key(_program_order))

@@ -140,7 +140,7 @@ def consumers_detail(consumers: list[Consumer], gather: ir.Operation, ring: Ring
                      inner: ir.Operation | None, loops: int, scan) -> str:
     """The remark's account of the ring's dots, the gathered tensor and its groups."""
     kinds = ", ".join(f"{c.kind} dim" + "".join(f" through {v.op.name}" for v in c.views)
-                      + (f" hoisted out of {c.anchor.name}" if c.anchor != c.dot else "")
+                      + (f" hoisted out of {c.anchor.name}" if len(c.anchor.regions) else "")
                       for c in consumers)
     detail = (f"{len(consumers)} dot(s) ({kinds}), {gather.results[0].type} gathered "
               f"over groups of {ring.size}")

@@ -200,27 +200,48 @@ class RewritePass(ModulePass):
                     for owner, root in first]
         match = self.match(op, scan, outcomes if first else None)
         ordered = self.ring_orders(match.ring)
-
-        def shape_of(bidirectional: bool) -> SiteShape:
-            return self.planned(match.shape, ordered, match.plan_for(bidirectional))
-
+        match, decision = self._chosen_form(match, ordered)
         try:
-            refusal = self.refusal(match.shape)
-            if refusal is not None:
-                raise Unsupported(str(refusal), kind=refusal.kind,
-                                  detail=match.detail, estimate=self.estimate(
-                                      shape_of(bool(self.bidirectional)), self.profile))
-            decision = self.decide(match.communicated, shape_of, match.detail)
             plan = decision.estimate.plan
             ring = ordered(plan.streams)
             ring.require_pairs(match.loops * plan.permutes)
             if ring.uses_channel:
                 scan.require_channels(match.loops * plan.permutes)
-        except Unsupported as reason:   # refused, not worth it, or no pairs or channels left
+        except Unsupported as reason:   # no pairs or channels left
             reason.dots = match.dots
             raise
         self.emit(match, plan, ring, rewriter, scan)
         return match, dataclasses.replace(decision, rings=match.loops)
+
+    def _chosen_form(self, match: Match, ordered) -> tuple[Match, Decision]:
+        """The form of the site to build and its decision: the matched form, or,
+        where the cost model decides, its alternative when that is predicted to save
+        more; raises the matched form's Unsupported when neither is built."""
+        forms = [match]
+        if match.alternative is not None and self.threshold_mib is None \
+                and self.hardware is not None:
+            forms.append(match.alternative)
+        decided, refusal = [], None
+        for form in forms:
+            try:
+                decided.append((form, self._decision(form, ordered)))
+            except Unsupported as reason:   # refused or not worth it
+                reason.dots = form.dots
+                refusal = refusal or reason
+        if not decided:
+            raise refusal
+        return max(decided, key=lambda fd: fd[1].estimate.before_us - fd[1].estimate.after_us)
+
+    def _decision(self, match: Match, ordered) -> Decision:
+        def shape_of(bidirectional: bool) -> SiteShape:
+            return self.planned(match.shape, ordered, match.plan_for(bidirectional))
+
+        refusal = self.refusal(match.shape)
+        if refusal is not None:
+            raise Unsupported(str(refusal), kind=refusal.kind, detail=match.detail,
+                              estimate=self.estimate(shape_of(bool(self.bidirectional)),
+                                                     self.profile))
+        return self.decide(match.communicated, shape_of, match.detail)
 
     def _settle_first(self, owner, root, rewriter, scan, records: list[Site]) -> Outcome:
         """Settle `root` with pass `owner` (None: leave it) before this composite site;

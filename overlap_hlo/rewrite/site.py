@@ -137,6 +137,9 @@ class Match:
     build: object = None                          # the emitter's description
     others: list[Site] = field(default_factory=list)  # logged after this site, if built
     pattern: object = None                        # of a pass with several: the one matched
+    # Another form of the same site; where the cost model decides, the one predicted
+    # to save more is built.
+    alternative: Match | None = None
 
 
 @dataclass(frozen=True)

@@ -116,3 +116,40 @@ def test_scanned_residual_is_assembled():
     inputs = [((64, 16), P("x")), ((3, 2, 16, 16), P())]
     prog = Program(jax.grad(loss, argnums=(0, 1)), (8,), ("x",), inputs, (P("x"), P()))
     check(prog, rewritten=4)
+
+
+@pytest.fixture
+def sums_left_out(monkeypatch):
+    """Every site with the other form (contracting-dim dots reading the ring's buffer)
+    builds it, whatever decides."""
+    from overlap_hlo.rewrite.rewrite_pass import RewritePass
+
+    chosen = RewritePass._chosen_form
+
+    def prefer_alternative(self, match, ordered):
+        return chosen(self, match.alternative or match, ordered)
+
+    monkeypatch.setattr(RewritePass, "_chosen_form", prefer_alternative)
+
+
+@pytest.mark.parametrize("options", OPTIONS[:2])
+def test_weight_gradients_read_the_assembled_tensor(sums_left_out, options):
+    """The backward gather's ring computes the input gradient and assembles the
+    gathered output gradient; the weight gradient reads it once, after the ring."""
+    prog = Program(grad_of(sp_mlp, (0, 1, 2)), (8,), ("x",), MLP_INPUTS,
+                   (P("x"), P(None, "x"), P("x")))
+    counts = check(prog, rewritten=4, pipeline=pipeline(options))
+    assert counts["stablehlo.collective_permute"] == ring_permutes(8, options, 2, 2)
+    with partitioner(True):
+        text = prog.jitted().lower(*prog.args()).as_text()
+    sites = overlap_hlo.remarks(text, pipeline(options), threshold_mib=0)
+    left_out = [s for s in sites if s.applied and all_gather_matmul.SUMS_LEFT_OUT in s.detail]
+    assert len(left_out) == 1 and "1 dot(s) (free dim)" in left_out[0].detail
+
+
+def test_swiglu_weight_gradients_read_the_assembled_tensor(sums_left_out):
+    inputs = [((64, 32), P("x")), ((32, 64), P(None, "x")), ((32, 64), P(None, "x")),
+              ((64, 32), P("x"))]
+    prog = Program(grad_of(swiglu, (0, 1, 2, 3)), (4, 2), ("x", "y"), inputs,
+                   (P("x"), P(None, "x"), P(None, "x"), P("x")))
+    check(prog, rewritten=4, pipeline=pipeline(OPTIONS[0].values[0]))
