@@ -57,3 +57,21 @@ module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
     return %dw, %dh : tensor<1024x8192xbf16>, tensor<4096x1024xbf16>
   }
 }
+
+// -----
+
+// Neither form pays at this size: the site is left unchanged, and its remark is the
+// matched form's (both dots listed, its prediction).
+// REMARK: remark: overlap-all-gather-matmul: left unchanged: not profitable on tpu-v5e (the cost model: less than 5% faster); 2 dot(s) (contracting dim, free dim), tensor<64x256xbf16> gathered over groups of 8; predicted
+// CHECK-LABEL: func.func @small_gradient
+// CHECK: stablehlo.all_gather
+// CHECK-NOT: stablehlo.collective_permute
+// CHECK: return
+module attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @small_gradient(%dy: tensor<8x256xbf16>, %w: tensor<128x256xbf16>, %h: tensor<64x128xbf16>) -> (tensor<128x256xbf16>, tensor<64x128xbf16>) {
+    %g = "stablehlo.all_gather"(%dy) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>, use_global_device_ids}> : (tensor<8x256xbf16>) -> tensor<64x256xbf16>
+    %dw = stablehlo.dot_general %h, %g, contracting_dims = [0] x [0] : (tensor<64x128xbf16>, tensor<64x256xbf16>) -> tensor<128x256xbf16>
+    %dh = stablehlo.dot_general %g, %w, contracting_dims = [1] x [1] : (tensor<64x256xbf16>, tensor<128x256xbf16>) -> tensor<64x128xbf16>
+    return %dw, %dh : tensor<128x256xbf16>, tensor<64x128xbf16>
+  }
+}
