@@ -218,8 +218,7 @@ class RewritePass(ModulePass):
         where the cost model decides, its alternative when that is predicted to save
         more; raises the matched form's Unsupported when neither is built."""
         forms = [match]
-        if match.alternative is not None and self.threshold_mib is None \
-                and self.hardware is not None:
+        if match.alternative is not None and self.decided_by_model:
             forms.append(match.alternative)
         decided, refusal = [], None
         for form in forms:
@@ -231,6 +230,11 @@ class RewritePass(ModulePass):
         if not decided:
             raise refusal
         return max(decided, key=lambda fd: fd[1].estimate.before_us - fd[1].estimate.after_us)
+
+    @property
+    def decided_by_model(self) -> bool:
+        """The cost model decides each site: a hardware profile and no threshold."""
+        return self.threshold_mib is None and self.hardware is not None
 
     def _decision(self, match: Match, ordered) -> Decision:
         def shape_of(bidirectional: bool) -> SiteShape:
@@ -350,7 +354,7 @@ class RewritePass(ModulePass):
         default profile when no hardware is named (and are then not shown).
         """
         profile = self.profile
-        by_model = self.threshold_mib is None and self.hardware is not None
+        by_model = self.decided_by_model
         forms = ([self.bidirectional] if self.bidirectional is not None
                  else [False, True] if by_model else [False])
         estimates = [self.estimate(shape_of(form), profile) for form in forms]

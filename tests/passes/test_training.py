@@ -153,3 +153,7 @@ def test_swiglu_weight_gradients_read_the_assembled_tensor(sums_left_out):
     prog = Program(grad_of(swiglu, (0, 1, 2, 3)), (4, 2), ("x", "y"), inputs,
                    (P("x"), P(None, "x"), P(None, "x"), P("x")))
     check(prog, rewritten=4, pipeline=pipeline(OPTIONS[0].values[0]))
+    with partitioner(True):
+        text = prog.jitted().lower(*prog.args()).as_text()
+    sites = overlap_hlo.remarks(text, pipeline(OPTIONS[0].values[0]), threshold_mib=0)
+    assert [s for s in sites if s.applied and all_gather_matmul.SUMS_LEFT_OUT in s.detail]
