@@ -196,8 +196,11 @@ class OverlapAllGatherMatmul(GatherRingOptions, RewritePass):
             detail += epilogues_detail(groups)
             assembly = None if reused is None else Assembly(gather.results[0].type, block)
             sums = any(c.result_dim is None for c in consumers)
-            return Match(detail, gather.results[0].type, ring,
-                         self.site_shape(ring, consumers, shard, sums),
+            shape = self.site_shape(ring, consumers, shard, sums)
+            if assembly is not None:
+                shape = dataclasses.replace(
+                    shape, assembled_bytes=tensor_bytes(gather.results[0].type))
+            return Match(detail, gather.results[0].type, ring, shape,
                          lambda bidirectional: plan_of(ring.size, self, sums, bidirectional),
                          loops=len(groups), others=pending,
                          dots=[c.dot.location for c in consumers],

@@ -16,7 +16,10 @@ shifts use both directions of the links, so a round still costs one T_m). A dot'
 is a roofline: FLOPs / (peak FLOP/s for the element type x matmul efficiency) or, when
 longer, the bytes it moves in device memory at MEMORY_EFFICIENCY x the datasheet
 bandwidth; each partial dot reads the weights whole, and each block's share of the
-sliced operand and result once. T_m = latency + bytes / (one-direction link bandwidth x
+sliced operand and result once (over a free dim each block is a dot of its own; a
+ring that sums multiplies a round's blocks side by side in one). A ring that also
+assembles the gathered tensor for other readers reads and writes each block once more.
+T_m = latency + bytes / (one-direction link bandwidth x
 link efficiency); T_bL is a block's bytes over L link directions at once: the
 library collective is given its best case, L = 2 (a bidirectional ring) or, where the
 group is a whole sub-slice spanning several torus axes, the fewest links into any
@@ -366,6 +369,8 @@ class SiteShape:
     collective_directions: int = 2  # link directions the original collective uses
     returned_bytes: float = 0.0  # the whole result, where the all_gather completing it
                                  # is an output of the program
+    assembled_bytes: float = 0.0  # the gathered tensor, where the ring writes each block
+                                  # into a buffer for its other readers
     # A site that is more than its ring (an all_reduce's other half): its pattern's
     # estimate, which prices it whole. The pass's estimate calls it; `estimate` does not.
     priced_by: Callable[[SiteShape, Hardware], Estimate] | None = field(
@@ -393,6 +398,7 @@ def estimate(site: SiteShape, hw: Hardware) -> Estimate:
                 for k, sends in enumerate(plan.sends))
     step = hw.step_us(site.block_bytes)
     after += plan.rounds * step + plan.trip_count * hw.loop_overhead_us
+    after += hw.memory_us(2 * site.assembled_bytes)   # each block read, then written
     if hw.serial_sums and site.sum_bytes:
         adds = sum(1 for blocks in plan.blocks if blocks) - 1
         after += adds * hw.memory_us(2 * site.sum_bytes)

@@ -185,10 +185,11 @@ class RingPlan:
         return tuple(k for k, s in enumerate(self.sends) if not s)
 
     def dots(self, k: int) -> int:
-        """Dot calls per consumer in round k: an all_gather round multiplies its blocks
-        side by side in one; each reduce_scatter chain has its own."""
+        """Dot calls per consumer in round k: an all_gather ring that sums multiplies a
+        round's blocks side by side in one, one over a free dim each block on its own
+        (each reading the other operand whole); each reduce_scatter chain has its own."""
         if self.kind == GATHER:
-            return int(self.blocks[k] > 0)
+            return int(self.blocks[k] > 0) if self.in_loop_sum else self.blocks[k]
         return self.chains if self.streams == 1 else self.blocks[k]
 
     def sending(self, k: int) -> range:

@@ -174,3 +174,19 @@ def test_sites_carry_their_positions_and_their_dots(threshold):
         assert site.applied == (threshold == 0)
         assert site.format() == f"m.mlir:{collective}:10: remark: {site.message()}"
         assert site.message().startswith(site.pattern + ": ")
+
+
+@pytest.mark.parametrize("other_reader", [False, True])
+def test_the_estimate_prices_the_buffer_assembled_for_other_readers(other_reader):
+    """A ring that writes the gathered tensor for a reader besides its dots is priced
+    with that buffer (cost.SiteShape.assembled_bytes); one that does not, without."""
+    def fn(x, w):
+        g = AG(x, "x", axis=0, tiled=True)
+        return g @ w + g.sum() if other_reader else g @ w
+
+    prog = Program(fn, (8,), ("x",), [((64, 32), P("x")), ((32, 16), P())], P())
+    with partitioner(True):
+        text = prog.jitted().lower(*prog.args()).as_text()
+    site, = overlap_hlo.remarks(text, threshold_mib=0, hardware="tpu-v6e")
+    assert site.applied
+    assert site.estimate.shape.assembled_bytes == (64 * 32 * 4 if other_reader else 0)

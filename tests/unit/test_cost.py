@@ -117,6 +117,15 @@ def test_roofline_prices_the_weights_every_partial_dot_reads():
     # One-stream scatter: two chains, each a dot reading the weights: 4.5 us a round.
     scatter = cost.estimate(dataclasses.replace(shape, plan=RingPlan("scatter", 4)), hw)
     assert scatter.after_us == pytest.approx(4 * 4.5, abs=0.01)
+    # Two streams: rounds of 1, 2, 1 blocks. Over a free dim each block is a dot of its
+    # own reading the weights: the two-block round is 2 x 2000 + 1000 B = 5 us; a ring
+    # that sums multiplies the round's blocks side by side in one dot: 2000 + 1000 B.
+    bidi = cost.estimate(dataclasses.replace(
+        shape, plan=RingPlan("gather", 4, bidirectional=True)), hw)
+    assert bidi.after_us == pytest.approx(2.5 + 5 + 2.5, abs=0.01)
+    summing = cost.estimate(dataclasses.replace(
+        shape, plan=RingPlan("gather", 4, bidirectional=True, in_loop_sum=True)), hw)
+    assert summing.after_us == pytest.approx(2.5 + 3 + 2.5, abs=0.01)
     # No bandwidth in the profile: memory is not priced.
     assert cost.estimate(shape, dataclasses.replace(hw, hbm_gbps=0.0)).after_us == \
         pytest.approx(4, abs=0.01)
@@ -274,3 +283,16 @@ def test_json_profile_values_are_checked(tmp_path, fields, message):
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(ValueError, match="broken.json: not valid JSON"):
         cost.hardware(str(tmp_path / "broken.json"))
+
+
+def test_a_ring_that_assembles_the_gathered_tensor_pays_each_block_twice():
+    """The buffer a ring writes for the gathered tensor's other readers: each block read
+    and written once more (the original's all_gather writes it as it gathers)."""
+    hw = cost.Hardware("toy", {"bf16": 1.0}, link_gbps=1e6, latency_us=0.0,
+                       step_overhead_us=0.0, loop_overhead_us=0.0, matmul_efficiency=1.0,
+                       link_efficiency=1.0, hbm_gbps=1.0 / cost.MEMORY_EFFICIENCY)
+    shape = cost.SiteShape(4, 4e6, "bf16", 1.0, RingPlan("gather", 4))
+    plain = cost.estimate(shape, hw)
+    assembled = cost.estimate(dataclasses.replace(shape, assembled_bytes=3000.0), hw)
+    assert assembled.before_us == plain.before_us
+    assert assembled.after_us - plain.after_us == pytest.approx(6.0, abs=1e-6)   # 6000 B
