@@ -217,7 +217,10 @@ def collect(profiles: list[str], layers: list[str], sets: list | None = None) ->
                 module = tpu.as_module(lowered)
                 reports = report.build_variants(module, topo, VARIANTS)
                 for variant, rep in reports.items():
-                    remarks = api.remarks(module, hardware=profile, **VARIANTS[variant])
+                    # The report's options: the slice's links and the TPU forms.
+                    options = tpu.tpu_options(dict(VARIANTS[variant]), topo)
+                    options.setdefault("hardware", profile)
+                    remarks = api.remarks(module, **options)
                     for row in rep.sites:
                         estimates = [r.estimate for r in remarks
                                      if r.location == row.location and r.estimate]
