@@ -21,6 +21,9 @@ JSON), `candidates` (the option sets tried and the choice among them), `report_b
 """
 from __future__ import annotations
 
+from overlap_hlo import api
+from overlap_hlo.ir import compat
+from overlap_hlo.plan.xla_flags import ring_options
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE
 from overlap_hlo.targets import candidates, gpu, report_build, schedule, tpu
 from overlap_hlo.targets.candidates import (  # noqa: F401 (exported)
@@ -63,3 +66,20 @@ def _per_pass(pipeline: str, tried: dict[str, _Candidate], original: Analysis,
     """`candidates.fastest_per_pass` with CANDIDATES and _row as bound here."""
     return candidates.fastest_per_pass(pipeline, tried, original, input_name,
                                        forms=CANDIDATES, row_of=_row)
+
+
+def rewrite_lowered(lowered, topology: str | tpu.Topology | gpu.Target,
+                    pipeline: str = DEFAULT_PIPELINE, **options):
+    """`lowered` (a `jax.stages.Lowered`) with the module the compiled schedule keeps for
+    `topology`, and the `Report` that chose it: `overlap_hlo.rewrite_lowered` decides
+    each site by the cost model alone, this by compiling the candidates for the target
+    (`build`). The original kept (no candidate faster), `lowered` itself is returned.
+    The rings are ordered for the slice's device numbering (partition i on device i);
+    on a GPU target the Lowered compiles with the XLA options the rings need, for that
+    executable only."""
+    rep = build(lowered, topology, pipeline, **options)
+    if rep.chosen == ORIGINAL or not any(row.applied for row in rep.sites):
+        return lowered, rep
+    flags = ring_options(compat.lowering_platforms(lowered))
+    return compat.replace_lowered_module(lowered, api.parse(api.serialize(
+        rep.module, bytecode=True)), flags), rep

@@ -185,3 +185,22 @@ def test_cli_writes_the_module_it_kept(tmp_path):
     assert not permutes(module) and "stablehlo.all_gather" in kept.read_text()
     assert permutes(overlap_hlo.parse(rewritten.read_text()))
     assert "loc(" in rewritten.read_text()       # locations kept, for overlap-report again
+
+
+def test_rewrite_lowered_compiles_the_module_the_schedule_keeps():
+    """From JAX: the Lowered runs the module the report chose (a rewrite pays on
+    v4:2x2x1) and compiles ahead of time for the slice; where no candidate is faster
+    (v5e:2x4, these dims) the Lowered is the user's own."""
+    lowered = lowered_mlp("v4:2x2x1")
+    rewritten, rep = report.rewrite_lowered(lowered, "v4:2x2x1")
+    assert rep.chosen != report.ORIGINAL and rewritten is not lowered
+    module = rewritten.compiler_ir("stablehlo")
+    assert permutes(module) and permutes(module) == permutes(rep.module)
+    assert not permutes(lowered.compiler_ir("stablehlo"))   # JAX's own lowering untouched
+    hlo = rewritten.compile().as_text()
+    gathers_kept = any(not row.applied for row in rep.sites
+                       if row.pattern == "overlap-all-gather-matmul")
+    assert "collective-permute" in hlo and ("all-gather(" in hlo) == gathers_kept
+    original = lowered_mlp("v5e:2x4")
+    kept, rep = report.rewrite_lowered(original, "v5e:2x4")
+    assert rep.chosen == report.ORIGINAL and kept is original
