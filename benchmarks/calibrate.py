@@ -77,28 +77,34 @@ class Sample:
 
     def to_json(self) -> dict:
         data = dataclasses.asdict(self)
-        data["shapes"] = [dict(group_size=s.group_size, flops=s.flops,
-                               element_type=s.element_type, block_bytes=s.block_bytes,
-                               whole_bytes=s.whole_bytes, sliced_bytes=s.sliced_bytes,
-                               spans_all_devices=s.spans_all_devices,
-                               link_load=s.link_load,
-                               plan={f.name: getattr(s.plan, f.name)
-                                     for f in dataclasses.fields(RingPlan) if f.init})
-                          for s in self.shapes]
+        data["shapes"] = [shape_to_json(s) for s in self.shapes]
         return data
 
     @classmethod
     def from_json(cls, data: dict) -> Sample:
-        known = {f.name for f in dataclasses.fields(RingPlan) if f.init}
-        shapes = tuple(cost.SiteShape(s["group_size"], s["flops"], s["element_type"],
-                                      s["block_bytes"],
-                                      RingPlan(**{k: v for k, v in s["plan"].items()
-                                                  if k in known}),
-                                      s.get("whole_bytes", 0.0), s.get("sliced_bytes", 0.0),
-                                      s.get("spans_all_devices", False),
-                                      s.get("link_load", 1))
-                       for s in data["shapes"])
+        shapes = tuple(shape_from_json(s) for s in data["shapes"])
         return cls(**{**data, "shapes": shapes, "size": tuple(data.get("size", ()))})
+
+
+def shape_to_json(shape: cost.SiteShape) -> dict:
+    """Every field of `shape` (its plan's init fields); ValueError for a shape its pass
+    prices itself (`priced_by`: a method of the pass, not data)."""
+    if shape.priced_by is not None:
+        raise ValueError("a site its pass prices itself (priced_by) cannot be saved")
+    data = {f.name: getattr(shape, f.name) for f in dataclasses.fields(cost.SiteShape)
+            if f.name not in ("plan", "priced_by")}
+    data["plan"] = {f.name: getattr(shape.plan, f.name)
+                    for f in dataclasses.fields(RingPlan) if f.init}
+    return data
+
+
+def shape_from_json(data: dict) -> cost.SiteShape:
+    """`shape_to_json`'s inverse; a field the file lacks (saved by an older version)
+    takes its default."""
+    known = {f.name for f in dataclasses.fields(RingPlan) if f.init}
+    plan = RingPlan(**{k: v for k, v in data["plan"].items() if k in known})
+    fields = {f.name for f in dataclasses.fields(cost.SiteShape)} - {"plan", "priced_by"}
+    return cost.SiteShape(plan=plan, **{k: v for k, v in data.items() if k in fields})
 
 
 def predict(sample: Sample, hw: cost.Hardware) -> tuple[float, float]:

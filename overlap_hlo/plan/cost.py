@@ -234,16 +234,16 @@ TPU_GUESSES = dict(matmul_efficiency=0.7, step_overhead_us=1.0, step_us_per_mib=
                    loop_overhead_us=2.0)
 # Fitted to the schedule of the TPU compiler's estimated_cycles by
 # benchmarks/calibrate.py --write (benchmarks/results/calibration.json holds the same).
-CALIBRATION = "calibrated on libtpu 0.0.50.1 estimated_cycles (benchmarks/calibrate.py, 2026-12-02)"
+CALIBRATION = "calibrated on libtpu 0.0.50.1 estimated_cycles (benchmarks/calibrate.py, 2026-12-06)"
 CALIBRATED = {
-    "tpu-v4": {"matmul_efficiency": 0.41, "step_overhead_us": 1.18, "step_us_per_mib": 0.0,
-             "loop_overhead_us": 0.87},
-    "tpu-v5e": {"matmul_efficiency": 0.968, "step_overhead_us": 0.32, "step_us_per_mib": 0.0,
-             "loop_overhead_us": 1.93},
-    "tpu-v5p": {"matmul_efficiency": 0.846, "step_overhead_us": 2.64, "step_us_per_mib": 0.24,
+    "tpu-v4": {"matmul_efficiency": 0.41, "step_overhead_us": 1.23, "step_us_per_mib": 0.0,
+             "loop_overhead_us": 1.25},
+    "tpu-v5e": {"matmul_efficiency": 0.975, "step_overhead_us": 0.39, "step_us_per_mib": 0.0,
+             "loop_overhead_us": 2.05},
+    "tpu-v5p": {"matmul_efficiency": 0.864, "step_overhead_us": 3.34, "step_us_per_mib": 0.28,
              "loop_overhead_us": 0.0},
-    "tpu-v6e": {"matmul_efficiency": 0.902, "step_overhead_us": 0.75, "step_us_per_mib": 0.0,
-             "loop_overhead_us": 0.36},
+    "tpu-v6e": {"matmul_efficiency": 0.902, "step_overhead_us": 1.23, "step_us_per_mib": 0.0,
+             "loop_overhead_us": 0.62},
 }
 
 

@@ -73,6 +73,34 @@ def test_samples_round_trip_through_json():
     assert again == samples
 
 
+def test_every_shape_field_survives_the_samples_file():
+    """A refit from --samples prices the sites as the live run did: every SiteShape field
+    is saved (four were once dropped, and the v5p refit then differed)."""
+    plan = RingPlan(GATHER, 8, bidirectional=True)
+    base = cost.SiteShape(8, 4e11, "bf16", 2**22, plan)
+    data_fields = [f for f in dataclasses.fields(cost.SiteShape)
+                   if f.name not in ("group_size", "flops", "element_type", "block_bytes",
+                                     "plan", "priced_by")]
+    changed = {f.name: (not f.default if isinstance(f.default, bool) else f.default + 3 * 2**20)
+               for f in data_fields}
+    shape = dataclasses.replace(base, **changed)
+    sample = calibrate.Sample("tpu-v5p", "l", "fit", "-", GATHER, (shape,), 1.0, 1.0)
+    again = calibrate.Sample.from_json(json.loads(json.dumps(sample.to_json())))
+    assert again.shapes == (shape,)
+    hw = calibrate.datasheet("tpu-v5p")
+    assert calibrate.predict(again, hw) == calibrate.predict(sample, hw)
+    assert calibrate.predict(sample, hw) != calibrate.predict(
+        dataclasses.replace(sample, shapes=(base,)), hw)   # the fields change the price
+
+
+def test_a_shape_its_pass_prices_is_not_saved():
+    shape = cost.SiteShape(8, 4e11, "bf16", 2**22, RingPlan(GATHER, 8),
+                           priced_by=lambda shape, hw: None)
+    sample = calibrate.Sample("tpu-v5p", "l", "fit", "-", GATHER, (shape,), 1.0, 1.0)
+    with pytest.raises(ValueError, match="priced_by"):
+        sample.to_json()
+
+
 def test_profiles_hold_the_written_calibration():
     with open(calibrate.RESULTS) as f:
         written = json.load(f)
