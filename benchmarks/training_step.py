@@ -2,7 +2,7 @@
 (libtpu) and NVIDIA GPUs (XLA's GPU compiler), no TPU or GPU needed.
 
     python benchmarks/training_step.py [--targets v5e:2x4,v5p:2x2x2,v6e:2x4,h100:8]
-                                       [--models sp,tp] [--json PATH] [--tiny]
+                                       [--models sp,tp,fsdp_tp] [--json PATH] [--tiny]
 
 A step is forward, backward and optimizer of a Llama-style dense decoder (70B-class
 dims: d_model 8192, GQA 64/8 heads of 128, SwiGLU 28672, one 4096-token sequence; 2
@@ -16,10 +16,13 @@ layers under `lax.scan`), bf16, tensor parallel over 8 devices in `jax.shard_map
 |       | causal GQA attention, @ wo -> psum_scatter; the same around the SwiGLU MLP       |
 | tp    | plain Megatron: x [seq, d] replicated; norm(x) -> Q/K/V, attention, @ wo -> psum; |
 |       | SwiGLU MLP, @ w_down -> psum                                                     |
+| fsdp_tp | sp over 4 devices, times 2-way FSDP: two sequences, one per FSDP group; each   |
+|       | weight also split along d_model over the FSDP axis and all_gathered per layer  |
 
 The backward pass brings the transposes (an all_gather's gradient is a psum_scatter and
-the reverse; the replicated activations' gradients in `tp` are psums) and the norm
-weights' gradients (all-reduces). Each step is handed to `overlap_hlo.targets.report.
+the reverse; the replicated activations' gradients in `tp` are psums; in `fsdp_tp` the
+weight gradients are psum_scattered over the FSDP axis) and the norm weights' gradients
+(all-reduces). Each step is handed to `overlap_hlo.targets.report.
 build` as `overlap-report` does (no pass options: the target's cost profile decides each
 site and the compiled schedules check the choice among the report's candidates, or keep
 the original). Per model and target it prints the report and then one summary row:
@@ -57,10 +60,14 @@ from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 AXIS = "tp"
+FSDP = "fsdp"
 TARGETS = ("v5e:2x4", "v5p:2x2x2", "v6e:2x4", "h100:8")
-MODELS = ("sp", "tp")
+MODELS = ("sp", "tp", "fsdp_tp")
 MODEL_NAMES = {"sp": "Megatron + sequence parallelism (all_gather / psum_scatter)",
-               "tp": "Megatron, psum after the row-parallel matmuls"}
+               "tp": "Megatron, psum after the row-parallel matmuls",
+               "fsdp_tp": "2-way FSDP x 4-way Megatron + sequence parallelism"}
+# (axis sizes, names) of each model's mesh over the 8 devices
+MESHES = {"sp": ((8,), (AXIS,)), "tp": ((8,), (AXIS,)), "fsdp_tp": ((2, 4), (FSDP, AXIS))}
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,14 @@ def param_shapes(dims: Dims) -> dict[str, tuple[int, ...]]:
 PARAM_SPECS = {"norm_attn": P(), "wq": P(None, None, AXIS), "wk": P(None, None, AXIS),
                "wv": P(None, None, AXIS), "wo": P(None, AXIS), "norm_mlp": P(),
                "wg": P(None, None, AXIS), "wu": P(None, None, AXIS), "wd": P(None, AXIS)}
+
+
+# fsdp_tp: each weight's d_model dim split over the FSDP axis too (gathered per layer).
+FSDP_PARAM_SPECS = {"norm_attn": P(), "wq": P(None, FSDP, AXIS), "wk": P(None, FSDP, AXIS),
+                    "wv": P(None, FSDP, AXIS), "wo": P(None, AXIS, FSDP), "norm_mlp": P(),
+                    "wg": P(None, FSDP, AXIS), "wu": P(None, FSDP, AXIS),
+                    "wd": P(None, AXIS, FSDP)}
+SPECS = {"sp": PARAM_SPECS, "tp": PARAM_SPECS, "fsdp_tp": FSDP_PARAM_SPECS}
 
 
 def rms_norm(x, w):
@@ -140,8 +155,25 @@ def layer_tp(x, p, dims: Dims):
     return x + jax.lax.psum(swiglu(rms_norm(x, p["norm_mlp"]), p), AXIS)
 
 
-LAYERS = {"sp": layer_sp, "tp": layer_tp}
-ACTIVATION_SPECS = {"sp": P(AXIS), "tp": P()}
+def layer_fsdp_tp(x, p, dims: Dims):
+    """`layer_sp` on this FSDP group's sequence, each weight all_gathered over the FSDP
+    axis first (one line each: its own row in the report)."""
+    p = dict(p,
+             wq=jax.lax.all_gather(p["wq"], FSDP, axis=0, tiled=True),
+             wk=jax.lax.all_gather(p["wk"], FSDP, axis=0, tiled=True),
+             wv=jax.lax.all_gather(p["wv"], FSDP, axis=0, tiled=True),
+             wo=jax.lax.all_gather(p["wo"], FSDP, axis=1, tiled=True),
+             wg=jax.lax.all_gather(p["wg"], FSDP, axis=0, tiled=True),
+             wu=jax.lax.all_gather(p["wu"], FSDP, axis=0, tiled=True),
+             wd=jax.lax.all_gather(p["wd"], FSDP, axis=1, tiled=True))
+    return layer_sp(x, p, dims)
+
+
+LAYERS = {"sp": layer_sp, "tp": layer_tp, "fsdp_tp": layer_fsdp_tp}
+# fsdp_tp: the rows of two sequences, the first FSDP group's first.
+ACTIVATION_SPECS = {"sp": P(AXIS), "tp": P(), "fsdp_tp": P((FSDP, AXIS))}
+# The axes the loss sums over (each device holds its rows); None: every device holds all.
+LOSS_AXES = {"sp": (AXIS,), "tp": None, "fsdp_tp": (FSDP, AXIS)}
 
 
 def train_step(params, x, target, *, model: str, dims: Dims, lr: float = 1e-2):
@@ -150,28 +182,31 @@ def train_step(params, x, target, *, model: str, dims: Dims, lr: float = 1e-2):
     def loss_fn(params):
         out = jax.lax.scan(lambda h, p: (layer(h, p, dims), None), x, params)[0]
         error = out.astype(jnp.float32) - target.astype(jnp.float32)
-        if model == "sp":   # each device holds its rows of the sequence
-            return jax.lax.psum(jnp.sum(error * error), AXIS) / (error.size * dims.devices)
+        axes = LOSS_AXES[model]
+        if axes:   # each device holds its rows of the sequences
+            return jax.lax.psum(jnp.sum(error * error), axes) / (error.size * dims.devices)
         return jnp.mean(error * error)
 
     loss, grads = jax.value_and_grad(loss_fn)(params)
     return jax.tree.map(lambda w, g: w - lr * g, params, grads), loss
 
 
-def lower(model: str, dims: Dims, devices) -> "jax.stages.Lowered":
-    """The step lowered for a 1-D tensor-parallel mesh over `devices`, shapes only."""
-    mesh = Mesh(np.array(devices).reshape(dims.devices), (AXIS,))
-    act = ACTIVATION_SPECS[model]
+def lower(model: str, dims: Dims, devices, lr: float = 1e-2,
+          dtype=jnp.bfloat16) -> "jax.stages.Lowered":
+    """The step lowered for the model's mesh over `devices` (MESHES), shapes only."""
+    sizes, names = MESHES[model]
+    mesh = Mesh(np.array(devices).reshape(sizes), names)
+    act, specs = ACTIVATION_SPECS[model], SPECS[model]
+    rows = dims.seq * (sizes[0] if len(sizes) == 2 else 1)   # a sequence per FSDP group
 
     def spec(shape, s):
-        return jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=NamedSharding(mesh, s))
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, s))
 
-    params = {name: spec(shape, PARAM_SPECS[name])
-              for name, shape in param_shapes(dims).items()}
-    x = spec((dims.seq, dims.model), act)
+    params = {name: spec(shape, specs[name]) for name, shape in param_shapes(dims).items()}
+    x = spec((rows, dims.model), act)
     step = jax.jit(jax.shard_map(
-        lambda p, x, y: train_step(p, x, y, model=model, dims=dims), mesh=mesh,
-        in_specs=(PARAM_SPECS, act, act), out_specs=(PARAM_SPECS, P())))
+        lambda p, x, y: train_step(p, x, y, model=model, dims=dims, lr=lr), mesh=mesh,
+        in_specs=(specs, act, act), out_specs=(specs, P())))
     return step.lower(params, x, x)
 
 

@@ -5,6 +5,8 @@ rewrite takes at threshold 0."""
 import sys
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import overlap_hlo
@@ -33,6 +35,11 @@ def test_step_structure(lowered):
         # transposes in the backward pass.
         assert counts["stablehlo.all_gather"] == 4
         assert counts["stablehlo.reduce_scatter"] == 4
+    elif model == "fsdp_tp":
+        # sp's four and four, and each of the seven weights gathered over the FSDP axis
+        # (forward) with its gradient scattered back (backward).
+        assert counts["stablehlo.all_gather"] == 4 + 7
+        assert counts["stablehlo.reduce_scatter"] == 4 + 7
     else:
         assert counts["stablehlo.all_gather"] == counts["stablehlo.reduce_scatter"] == 0
         assert counts["stablehlo.all_reduce"] >= 4   # two forward, two input gradients
@@ -45,12 +52,39 @@ def test_sites_rewritten_at_threshold_zero(lowered):
     model, low = lowered
     sites = overlap_hlo.remarks(low.as_text(), threshold_mib=0, bidirectional=True)
     left = [site for site in sites if not site.applied]
-    assert len(sites) == 8, overlap_hlo.rewrite_summary(sites)
-    if model == "sp":
+    assert len(sites) == (22 if model == "fsdp_tp" else 8), overlap_hlo.rewrite_summary(sites)
+    if model in ("sp", "fsdp_tp"):
         assert not left, overlap_hlo.rewrite_summary(sites)
     else:
         assert len(left) <= 1 and all("more bytes to gather" in site.kind for site in left), \
             overlap_hlo.rewrite_summary(sites)
+
+
+def test_fsdp_tp_step_rewritten_computes_the_same():
+    """The FSDP x TP step run on the 8 host devices, original and rewritten (every site,
+    two streams), on random parameters and data: the same loss and new parameters."""
+    # In f32 (bf16 sums in another order differ by roundings the updates amplify).
+    low = training_step.lower("fsdp_tp", TINY, jax.devices(), lr=1.0, dtype=jnp.float32)
+    rewritten = overlap_hlo.rewrite_lowered(low, threshold_mib=0, bidirectional=True)
+    assert overlap_hlo.rewrite_summary(rewritten.sites) == "22 of 22 sites rewritten"
+    original = low.compile()
+    keys = iter(jax.random.split(jax.random.key(0), 32))
+    args = jax.tree.map(
+        lambda info, sharding: jax.device_put(
+            0.05 * jax.random.normal(next(keys), info.shape, info.dtype), sharding),
+        low.args_info[0], original.input_shardings[0],
+        is_leaf=lambda x: hasattr(x, "shape"))
+    want_params, want_loss = original(*args)
+    got_params, got_loss = rewritten.compile()(*args)
+    assert float(want_loss) > 0
+    assert abs(float(got_loss) - float(want_loss)) <= 1e-5 * float(want_loss)
+    for name in want_params:   # the SGD updates, to a few roundings of the new weight
+        before = np.asarray(args[0][name])
+        want = np.asarray(want_params[name]) - before
+        got = np.asarray(got_params[name]) - before
+        assert np.count_nonzero(want), name
+        tolerance = 4 * np.spacing(np.abs(before) + np.abs(want)) + 1e-3 * np.abs(want).max()
+        assert np.all(np.abs(got - want) <= tolerance), name
 
 
 def test_row_and_table_render():
