@@ -18,6 +18,9 @@ layers under `lax.scan`), bf16, tensor parallel over 8 devices in `jax.shard_map
 |       | SwiGLU MLP, @ w_down -> psum                                                     |
 | fsdp_tp | sp over 4 devices, times 2-way FSDP: two sequences, one per FSDP group; each   |
 |       | weight also split along d_model over the FSDP axis and all_gathered per layer  |
+| moe   | sp's attention; the MLP 8 SwiGLU experts of half the width, one per device,     |
+|       | top-1 routed (capacity twice the even share): all_to_all dispatch -> experts ->  |
+|       | all_to_all combine                                                               |
 
 The backward pass brings the transposes (an all_gather's gradient is a psum_scatter and
 the reverse; the replicated activations' gradients in `tp` are psums; in `fsdp_tp` the
@@ -62,12 +65,14 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 AXIS = "tp"
 FSDP = "fsdp"
 TARGETS = ("v5e:2x4", "v5p:2x2x2", "v6e:2x4", "h100:8")
-MODELS = ("sp", "tp", "fsdp_tp")
+MODELS = ("sp", "tp", "fsdp_tp", "moe")
 MODEL_NAMES = {"sp": "Megatron + sequence parallelism (all_gather / psum_scatter)",
                "tp": "Megatron, psum after the row-parallel matmuls",
-               "fsdp_tp": "2-way FSDP x 4-way Megatron + sequence parallelism"}
+               "fsdp_tp": "2-way FSDP x 4-way Megatron + sequence parallelism",
+               "moe": "sequence-parallel attention, expert-parallel MoE MLP (all_to_all)"}
 # (axis sizes, names) of each model's mesh over the 8 devices
-MESHES = {"sp": ((8,), (AXIS,)), "tp": ((8,), (AXIS,)), "fsdp_tp": ((2, 4), (FSDP, AXIS))}
+MESHES = {"sp": ((8,), (AXIS,)), "tp": ((8,), (AXIS,)), "fsdp_tp": ((2, 4), (FSDP, AXIS)),
+          "moe": ((8,), (AXIS,))}
 
 
 @dataclass(frozen=True)
@@ -88,13 +93,18 @@ TINY = Dims(model=256, heads=16, kv_heads=8, head_dim=16, hidden=512, seq=64)
 
 # --- the step ---------------------------------------------------------------------------
 
-def param_shapes(dims: Dims) -> dict[str, tuple[int, ...]]:
+def param_shapes(dims: Dims, model: str = "sp") -> dict[str, tuple[int, ...]]:
     """Global shapes, stacked over layers (dim 0)."""
     d, L = dims.model, dims.layers
     q, kv = dims.heads * dims.head_dim, dims.kv_heads * dims.head_dim
-    return {"norm_attn": (L, d), "wq": (L, d, q), "wk": (L, d, kv), "wv": (L, d, kv),
-            "wo": (L, q, d), "norm_mlp": (L, d), "wg": (L, d, dims.hidden),
-            "wu": (L, d, dims.hidden), "wd": (L, dims.hidden, d)}
+    attn = {"norm_attn": (L, d), "wq": (L, d, q), "wk": (L, d, kv), "wv": (L, d, kv),
+            "wo": (L, q, d), "norm_mlp": (L, d)}
+    if model == "moe":   # one expert per device, half the dense MLP's width
+        E, h = dims.devices, dims.hidden // 2
+        return {**attn, "router": (L, d, E), "eg": (L, E, d, h), "eu": (L, E, d, h),
+                "ed": (L, E, h, d)}
+    return {**attn, "wg": (L, d, dims.hidden), "wu": (L, d, dims.hidden),
+            "wd": (L, dims.hidden, d)}
 
 
 # Heads and hidden units split over the tensor-parallel axis; norm weights replicated.
@@ -108,7 +118,12 @@ FSDP_PARAM_SPECS = {"norm_attn": P(), "wq": P(None, FSDP, AXIS), "wk": P(None, F
                     "wv": P(None, FSDP, AXIS), "wo": P(None, AXIS, FSDP), "norm_mlp": P(),
                     "wg": P(None, FSDP, AXIS), "wu": P(None, FSDP, AXIS),
                     "wd": P(None, AXIS, FSDP)}
-SPECS = {"sp": PARAM_SPECS, "tp": PARAM_SPECS, "fsdp_tp": FSDP_PARAM_SPECS}
+# moe: the attention's as sp's, the router replicated, each device its expert.
+MOE_PARAM_SPECS = {**{name: PARAM_SPECS[name] for name in
+                      ("norm_attn", "wq", "wk", "wv", "wo", "norm_mlp")},
+                   "router": P(), "eg": P(None, AXIS), "eu": P(None, AXIS), "ed": P(None, AXIS)}
+SPECS = {"sp": PARAM_SPECS, "tp": PARAM_SPECS, "fsdp_tp": FSDP_PARAM_SPECS,
+         "moe": MOE_PARAM_SPECS}
 
 
 def rms_norm(x, w):
@@ -155,6 +170,36 @@ def layer_tp(x, p, dims: Dims):
     return x + jax.lax.psum(swiglu(rms_norm(x, p["norm_mlp"]), p), AXIS)
 
 
+def moe_mlp(x, p, dims: Dims):
+    """Top-1 routed SwiGLU experts over x [tokens, d] (this device's), one expert per
+    device: each expert takes up to twice its even share of a device's tokens (the rest
+    pass through the residual), dispatched and combined with all_to_all."""
+    tokens, experts = x.shape[0], dims.devices
+    capacity = 2 * tokens // experts
+    logits = (x @ p["router"]).astype(jnp.float32)                         # [T, E]
+    expert = jnp.argmax(logits, axis=-1)
+    gate = jnp.max(jax.nn.softmax(logits, axis=-1), axis=-1).astype(x.dtype)
+    chosen = jax.nn.one_hot(expert, experts, dtype=jnp.int32)              # [T, E]
+    slot = jnp.sum(jnp.cumsum(chosen, axis=0) * chosen, axis=-1) - 1       # queue position
+    dispatch = (chosen[:, :, None] * jax.nn.one_hot(slot, capacity, dtype=jnp.int32)[
+        :, None, :]).astype(x.dtype)                                       # [T, E, C]
+    sent = jnp.einsum("tec,td->ecd", dispatch, x)
+    local = jax.lax.all_to_all(sent, AXIS, 0, 1, tiled=True)               # [1, E*C, d]
+    h = jax.nn.silu(jnp.einsum("ecd,edh->ech", local, p["eg"])) * jnp.einsum(
+        "ecd,edh->ech", local, p["eu"])
+    out = jnp.einsum("ech,ehd->ecd", h, p["ed"])
+    back = jax.lax.all_to_all(out, AXIS, 1, 0, tiled=True)                 # [E, C, d]
+    return jnp.einsum("tec,ecd->td", dispatch * gate[:, None, None], back)
+
+
+def layer_moe(x, p, dims: Dims):
+    """x [seq/tp, d]: `layer_sp`'s attention, then the experts on this device's tokens."""
+    g = jax.lax.all_gather(rms_norm(x, p["norm_attn"]), AXIS, axis=0, tiled=True)
+    o = attention(g, p, dims) @ p["wo"]
+    x = x + jax.lax.psum_scatter(o, AXIS, scatter_dimension=0, tiled=True)
+    return x + moe_mlp(rms_norm(x, p["norm_mlp"]), p, dims)
+
+
 def layer_fsdp_tp(x, p, dims: Dims):
     """`layer_sp` on this FSDP group's sequence, each weight all_gathered over the FSDP
     axis first (one line each: its own row in the report)."""
@@ -169,11 +214,11 @@ def layer_fsdp_tp(x, p, dims: Dims):
     return layer_sp(x, p, dims)
 
 
-LAYERS = {"sp": layer_sp, "tp": layer_tp, "fsdp_tp": layer_fsdp_tp}
+LAYERS = {"sp": layer_sp, "tp": layer_tp, "fsdp_tp": layer_fsdp_tp, "moe": layer_moe}
 # fsdp_tp: the rows of two sequences, the first FSDP group's first.
-ACTIVATION_SPECS = {"sp": P(AXIS), "tp": P(), "fsdp_tp": P((FSDP, AXIS))}
+ACTIVATION_SPECS = {"sp": P(AXIS), "tp": P(), "fsdp_tp": P((FSDP, AXIS)), "moe": P(AXIS)}
 # The axes the loss sums over (each device holds its rows); None: every device holds all.
-LOSS_AXES = {"sp": (AXIS,), "tp": None, "fsdp_tp": (FSDP, AXIS)}
+LOSS_AXES = {"sp": (AXIS,), "tp": None, "fsdp_tp": (FSDP, AXIS), "moe": (AXIS,)}
 
 
 def train_step(params, x, target, *, model: str, dims: Dims, lr: float = 1e-2):
@@ -202,7 +247,8 @@ def lower(model: str, dims: Dims, devices, lr: float = 1e-2,
     def spec(shape, s):
         return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, s))
 
-    params = {name: spec(shape, specs[name]) for name, shape in param_shapes(dims).items()}
+    params = {name: spec(shape, specs[name])
+              for name, shape in param_shapes(dims, model).items()}
     x = spec((rows, dims.model), act)
     step = jax.jit(jax.shard_map(
         lambda p, x, y: train_step(p, x, y, model=model, dims=dims, lr=lr), mesh=mesh,

@@ -35,6 +35,11 @@ def test_step_structure(lowered):
         # transposes in the backward pass.
         assert counts["stablehlo.all_gather"] == 4
         assert counts["stablehlo.reduce_scatter"] == 4
+    elif model == "moe":
+        # sp's attention gathers and scatters; the dispatch and combine all_to_alls,
+        # forward and backward.
+        assert counts["stablehlo.all_gather"] == counts["stablehlo.reduce_scatter"] == 2
+        assert counts["stablehlo.all_to_all"] == 4
     elif model == "fsdp_tp":
         # sp's four and four, and each of the seven weights gathered over the FSDP axis
         # (forward) with its gradient scattered back (backward).
@@ -52,21 +57,32 @@ def test_sites_rewritten_at_threshold_zero(lowered):
     model, low = lowered
     sites = overlap_hlo.remarks(low.as_text(), threshold_mib=0, bidirectional=True)
     left = [site for site in sites if not site.applied]
-    assert len(sites) == (22 if model == "fsdp_tp" else 8), overlap_hlo.rewrite_summary(sites)
+    assert len(sites) == {"fsdp_tp": 22, "moe": 9}.get(model, 8), \
+        overlap_hlo.rewrite_summary(sites)
     if model in ("sp", "fsdp_tp"):
         assert not left, overlap_hlo.rewrite_summary(sites)
+    elif model == "moe":   # the dispatch read by the gate and up projections
+        assert [(site.pattern, site.reason) for site in left] == [(
+            "overlap-all-to-all-matmul", "its result has readers other than one "
+            "dot_general")], overlap_hlo.rewrite_summary(sites)
     else:
         assert len(left) <= 1 and all("more bytes to gather" in site.kind for site in left), \
             overlap_hlo.rewrite_summary(sites)
 
 
-def test_fsdp_tp_step_rewritten_computes_the_same():
-    """The FSDP x TP step run on the 8 host devices, original and rewritten (every site,
-    two streams), on random parameters and data: the same loss and new parameters."""
+@pytest.mark.parametrize("model, summary", [
+    ("fsdp_tp", "22 of 22 sites rewritten"),
+    # The dispatch that both the gate and the up projection read stays.
+    ("moe", "8 of 9 sites rewritten; 1 left unchanged (its result has readers other than "
+            "one dot_general)")])
+def test_step_rewritten_computes_the_same(model, summary):
+    """The FSDP x TP and MoE steps run on the 8 host devices, original and rewritten
+    (every site, two streams), on random parameters and data: the same loss and new
+    parameters."""
     # In f32 (bf16 sums in another order differ by roundings the updates amplify).
-    low = training_step.lower("fsdp_tp", TINY, jax.devices(), lr=1.0, dtype=jnp.float32)
+    low = training_step.lower(model, TINY, jax.devices(), lr=1.0, dtype=jnp.float32)
     rewritten = overlap_hlo.rewrite_lowered(low, threshold_mib=0, bidirectional=True)
-    assert overlap_hlo.rewrite_summary(rewritten.sites) == "22 of 22 sites rewritten"
+    assert overlap_hlo.rewrite_summary(rewritten.sites) == summary
     original = low.compile()
     keys = iter(jax.random.split(jax.random.key(0), 32))
     args = jax.tree.map(
