@@ -231,9 +231,13 @@ class OverlapAllGatherMatmul(GatherRingOptions, RewritePass):
         buffer = None
         for i, group in enumerate(s.groups):
             extra = [s.assembly] if s.assembly is not None and i == 0 else []
+            consumers = group + extra
             with ir.InsertionPoint(group[0].anchor):
-                results = emit_loop(group + extra, s.shard, s.dim, ring, plan, scan.new_channel,
-                                    self.form)
+                results = scan.templates.build(
+                    None if plan.views_in_loop else (consumers, s.dim, ring, plan, self.form),
+                    [s.shard, *(value for c in consumers for value in c.inputs)],
+                    lambda: emit_loop(consumers, s.shard, s.dim, ring, plan,
+                                      scan.new_channel, self.form))
             for consumer, result in zip(group, results):
                 consumer.replace(rewriter, result)
             if extra:

@@ -120,12 +120,21 @@ class OverlapMatmulReduceScatter(RewritePass):
     def emit(self, match, plan, ring, rewriter, scan) -> None:
         s = match.build
         scatter = s.scatter
-        with ir.InsertionPoint(scatter):
+        sum_type = scatter.results[0].type.element_type
+
+        def make() -> list[ir.Value]:
             result, product = emit_loop(s.dots, s.addends, s.dim, s.block, ring, s.between,
                                         plan, scan.new_channel, assemble=bool(s.readers),
-                                        sum_type=scatter.results[0].type.element_type,
-                                        form=self.form, out_dim=s.scatter_dim,
-                                        prologues=s.prologues)
+                                        sum_type=sum_type, form=self.form,
+                                        out_dim=s.scatter_dim, prologues=s.prologues)
+            return [result] + ([] if product is None else [product])
+
+        with ir.InsertionPoint(scatter):
+            parts = (s.dots, s.addends, s.dim, s.block, ring, s.between, plan,
+                     bool(s.readers), sum_type, self.form, s.scatter_dim, s.prologues)
+            built = scan.templates.build(None if plan.views_in_loop else parts,
+                                         _ring_inputs(s), make)
+            result, product = built[0], (built[1] if len(built) > 1 else None)
             result = self.completed(s, result, scan)
         rewriter.replace_op(scatter, [result])
         for view in reversed(s.between):
@@ -150,6 +159,19 @@ class OverlapMatmulReduceScatter(RewritePass):
     def completed(self, site: ScatterSite, block: ir.Value, scan) -> ir.Value:
         """What replaces the collective, from this device's block of the sum."""
         return block
+
+
+def _ring_inputs(site: ScatterSite) -> list[ir.Value]:
+    """Every value a ring of `site` may read: the dots' operands, the prologues'
+    sources, the added terms and what makes them."""
+    values = [operand for dot in site.dots for operand in dot.operands]
+    values += [v for prologue in site.prologues.values() for v in prologue.sources]
+    for term in site.addends:
+        values.append(term)
+        owner = term.owner
+        if isinstance(owner, (ir.Operation, ir.OpView)):
+            values += list(owner.operands)
+    return values
 
 
 @dataclass(frozen=True)

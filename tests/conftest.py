@@ -10,3 +10,7 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
 # loads a libtpu that JAX finds by itself (jax[tpu] in site-packages), prints its
 # warnings or takes its lock file.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# Every ring cloned from a template is checked against a fresh build of the same site
+# (overlap_hlo/rewrite/templates.py), here and in the CLI subprocesses.
+os.environ.setdefault("OVERLAP_HLO_CHECK_TEMPLATES", "1")

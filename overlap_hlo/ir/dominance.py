@@ -170,6 +170,11 @@ def _caller_divergence(func: ir.Operation, callers: Callers, through: tuple[str,
     return None
 
 
+# The StableHLO ops that name functions: a custom_call's called_computations, a
+# composite's decomposition.
+NAMING_OPS = frozenset({"stablehlo.custom_call", "stablehlo.composite"})
+
+
 @dataclass
 class Callers:
     """The func.call ops of a module by callee, and the functions that something other
@@ -179,9 +184,13 @@ class Callers:
     calls: dict[str, list[ir.Operation]] = field(default_factory=dict)
     other: dict[str, str] = field(default_factory=dict)
 
-    def note(self, op: ir.Operation) -> None:
+    def note(self, op: ir.Operation, kind: str | None = None) -> None:
+        """Record `op` (whose name is `kind`, when the caller has read it)."""
+        kind = kind or op.name
+        if kind.startswith("stablehlo.") and kind not in NAMING_OPS:
+            return   # no other StableHLO op names a function
         attrs = op.attributes
-        if op.name == "func.call":
+        if kind == "func.call":
             name = ir.FlatSymbolRefAttr(attrs["callee"]).value
             self.calls.setdefault(name, []).append(op)
             return

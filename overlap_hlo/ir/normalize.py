@@ -274,9 +274,10 @@ def _scan(module_op: ir.Operation
     callers = Callers()
 
     def visit(op):
-        callers.note(op)
-        if op.name in COLLECTIVES or op.name in DOTS:
-            if op.name in COLLECTIVES:
+        name = op.name
+        callers.note(op, name)
+        if name in COLLECTIVES or name in DOTS:
+            if name in COLLECTIVES:
                 collectives.append(op)
             chain, parent = [], op.parent
             while parent is not None and parent.name != "builtin.module":

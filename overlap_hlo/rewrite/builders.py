@@ -50,6 +50,17 @@ def shared_scalars():
         _scalars = outer
 
 
+def saved_scalars() -> dict | None:
+    """A copy of the shared constants (`restore_scalars` puts it back)."""
+    return None if _scalars is None else dict(_scalars)
+
+
+def restore_scalars(saved: dict | None) -> None:
+    if _scalars is not None and saved is not None:
+        _scalars.clear()
+        _scalars.update(saved)
+
+
 def scalar_i32(value: int) -> ir.Value:
     """A `tensor<i32>` constant."""
     return scalar(value, np.int32)

@@ -8,6 +8,7 @@ from jaxlib.mlir.dialects import stablehlo
 from overlap_hlo.ir.dominance import Callers
 from overlap_hlo.ir.locations import describe
 from overlap_hlo.ir.unsupported import Kind, Unsupported
+from overlap_hlo.rewrite.templates import Templates
 
 INT64_MAX = 2**63 - 1
 
@@ -32,11 +33,12 @@ class ModuleScan:
         self.ignored: list[str] = []   # "op-name attribute" of attributes not understood
         self.callers = Callers()
         self._memo: dict = {}
+        self.templates = Templates(self)   # rings built, cloned for their likes
 
         def visit(op):
-            attrs = op.attributes
-            self.callers.note(op)
-            if op.name == root:
+            name, attrs = op.name, op.attributes
+            self.callers.note(op, name)
+            if name == root:
                 self.numbers[hash(op)] = len(self.numbers)
             if "channel_handle" in attrs:
                 attr = attrs["channel_handle"]
@@ -44,8 +46,8 @@ class ModuleScan:
                     handle = stablehlo.ChannelHandle(attr).handle
                     self.last_channel = max(self.last_channel, handle)
                 else:
-                    self.ignored.append(f"{op.name} channel_handle")
-            if op.name == "sdy.manual_computation":
+                    self.ignored.append(f"{name} channel_handle")
+            if name == "sdy.manual_computation":
                 self.manual_computations.append(op)
             if "mhlo.sharding" in attrs:
                 attr = attrs["mhlo.sharding"]
@@ -53,7 +55,7 @@ class ModuleScan:
                     value = attr.value
                     self.partially_manual_gspmd |= "manual" in value and value != "{manual}"
                 else:
-                    self.ignored.append(f"{op.name} mhlo.sharding")
+                    self.ignored.append(f"{name} mhlo.sharding")
             return ir.WalkResult.ADVANCE
 
         module_op.walk(visit)
