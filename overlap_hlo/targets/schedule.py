@@ -41,6 +41,10 @@ MATMUL_OPCODES = frozenset({"convolution", "dot", "ragged-dot"})
 SYNC_COLLECTIVES = frozenset({"all-gather", "reduce-scatter", "all-reduce", "all-to-all",
                               "collective-permute", "ragged-all-to-all",
                               "collective-broadcast"})
+# What a fusion wrapping a collective may do besides it and still be that collective.
+DATA_MOVEMENT = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
+                           "reshape", "copy", "slice", "dynamic-slice", "transpose",
+                           "broadcast", "convert", "concatenate", "pad"})
 ASYNC_STARTS = frozenset({"collective-permute-start", "all-gather-start",
                           "all-reduce-start", "async-start"})
 ASYNC_DONES = frozenset({"collective-permute-done", "all-gather-done", "all-reduce-done",
@@ -403,7 +407,7 @@ class _Walker:
             elif op in SYNC_COLLECTIVES:
                 t = self.sync_collective(instr, computation, t)
             elif op == "fusion" and (inner := self.fused_collective(instr)) is not None:
-                if self.is_matmul(instr):
+                if self.is_matmul(instr) or self.computes_besides(instr):
                     t = self.collective_matmul(instr, t, inner)
                 else:
                     t = self.sync_collective(instr, computation, t, inner)
@@ -531,6 +535,13 @@ class _Walker:
             self.fused[fusion.name] = inner[0] if inner else None
         return self.fused[fusion.name]
 
+    def computes_besides(self, fusion: Instruction) -> bool:
+        """Whether a fusion wrapping a collective also computes (libtpu fuses an FSDP
+        weight's all-gather with an attention softmax): more than moving, slicing or
+        converting data."""
+        return any(i.opcode not in DATA_MOVEMENT and i.opcode not in SYNC_COLLECTIVES
+                   for c in self.proto.called(fusion) for i in c.instructions)
+
     def sync_collective(self, instr: Instruction, computation: str, t: float,
                         inner: Instruction | None = None) -> float:
         """A synchronous collective (or a fusion wrapping one, `inner`: an all-reduce
@@ -556,9 +567,9 @@ class _Walker:
         return t + duration
 
     def collective_matmul(self, fusion: Instruction, t: float, inner: Instruction) -> float:
-        """libtpu's async collective fusion: a collective fused with a matmul (an
-        all-gather with a weight gradient's dot). The collective's own operand crosses
-        the links while the fusion computes (its cycle estimate, the matmul's); only
+        """libtpu's async collective fusion: a collective fused with compute (an
+        all-gather with a weight gradient's dot, or with a softmax). The collective's own
+        operand crosses the links while the fusion computes (its cycle estimate); only
         the transfer's excess over that compute is exposed."""
         in_bytes = sum(o.shape.nbytes for o in self.proto.operands(inner))
         out_bytes = inner.shape.nbytes

@@ -66,6 +66,34 @@ def test_a_fused_collective_without_a_matmul_stays_a_collective(monkeypatch):
     assert result.compute_us == 0 and result.exposed_us == pytest.approx(transfer)
 
 
+def test_a_collective_fused_with_other_compute_overlaps_it(monkeypatch):
+    """libtpu fuses an FSDP weight's all-gather with an attention softmax (exp over a
+    large f32 tensor): the gather's own bytes travel while the fusion computes; the
+    softmax's tensor is no part of the transfer."""
+    group = tuple(range(8))
+    scores = Shape(11, (16, 4096, 4096))   # f32, 1 GiB
+    inner = (instr("p0", "parameter", 10, SHARD),
+             instr("ag", "all-gather", 11, GATHERED, [10], group=group),
+             instr("p1", "parameter", 12, scores),
+             instr("exp", "exponential", 13, scores, [12]),
+             instr("t", "tuple", 14, GATHERED, [11, 13]))
+    fused = Computation("async_collective_fusion", 2, 14, inner)
+    cycles = 3_000_000
+    sequence = [instr("x", "parameter", 1, SHARD), instr("s", "parameter", 3, scores),
+                instr("fusion", "fusion", 4, GATHERED, [1, 3], [2], cycles)]
+    proto = ModuleProto({1: Computation("main", 1, 4, tuple(sequence)), 2: fused}, 1)
+    monkeypatch.setattr(schedule, "scheduled_sequences", lambda hlo, p: {"main": sequence})
+    timing = schedule.Timing(cost.hardware("tpu-v5e"), 1.5, 8)
+    walker = schedule._Walker(None, proto, timing, schedule.trip_count, False)
+    result = walker.result
+    result.total_us = walker.run("main", 0.0)
+    transfer = timing.collective_us("all-gather", SHARD.nbytes, GATHERED.nbytes, 8, ())
+    assert result.compute_us == pytest.approx(cycles / 1.5e3)   # the softmax counts
+    assert result.exposed_us == pytest.approx(max(0.0, transfer - cycles / 1.5e3))
+    (collective,) = result.collectives
+    assert collective.bytes == GATHERED.nbytes
+
+
 def test_the_matmuls_are_counted_apart_from_the_walk(monkeypatch):
     """The walk's compute is checked against the matmuls' estimates summed apart; a
     report whose module computes less than its matmuls says so."""
