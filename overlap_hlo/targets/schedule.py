@@ -538,8 +538,10 @@ class _Walker:
     def computes_besides(self, fusion: Instruction) -> bool:
         """Whether a fusion wrapping a collective also computes (libtpu fuses an FSDP
         weight's all-gather with an attention softmax): more than moving, slicing or
-        converting data."""
+        converting data and the scalar arithmetic of its offsets (a reduce-scatter's
+        `partition-id * rows`)."""
         return any(i.opcode not in DATA_MOVEMENT and i.opcode not in SYNC_COLLECTIVES
+                   and (i.shape.dims or i.shape.tuple_shapes)
                    for c in self.proto.called(fusion) for i in c.instructions)
 
     def sync_collective(self, instr: Instruction, computation: str, t: float,
