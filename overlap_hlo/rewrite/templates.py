@@ -12,8 +12,8 @@ were its current one, and fresh channel handles in the order the first site took
 theirs. No copy is kept when the built ops read a value `inputs` does not list.
 
 With OVERLAP_HLO_CHECK_TEMPLATES=1 (the test suite sets it) every clone is compared with
-a fresh build of the same site, both printed with their locations (channel handles
-numbered in order): a signature that misses something a builder reads fails there.
+a fresh build of the same site, op by op (names, attributes but channel handles, types,
+locations, operands): a signature that misses something a builder reads fails there.
 """
 from __future__ import annotations
 
@@ -193,8 +193,6 @@ class Templates:
         builders.restore_scalars(scalars)
         if difference:
             raise AssertionError(f"a cloned ring differs from a fresh build: {difference}")
-
-
 
 
 def _difference(cloned: list[ir.Operation], fresh: list[ir.Operation]) -> str:

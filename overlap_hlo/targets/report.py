@@ -21,11 +21,10 @@ JSON), `candidates` (the option sets tried and the choice among them), `report_b
 """
 from __future__ import annotations
 
-from overlap_hlo import api
 from overlap_hlo.ir import compat
 from overlap_hlo.plan.xla_flags import ring_options
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE
-from overlap_hlo.targets import candidates, gpu, report_build, schedule, tpu
+from overlap_hlo.targets import aot, candidates, gpu, report_build, schedule, tpu
 from overlap_hlo.targets.candidates import (  # noqa: F401 (exported)
     CANDIDATES, ORIGINAL, PER_PASS, _Candidate, _fastest, _kept, _left_by_pass, _PerPass,
     profile_decides)
@@ -81,5 +80,4 @@ def rewrite_lowered(lowered, topology: str | tpu.Topology | gpu.Target,
     if rep.chosen == ORIGINAL or not any(row.applied for row in rep.sites):
         return lowered, rep
     flags = ring_options(compat.lowering_platforms(lowered))
-    return compat.replace_lowered_module(lowered, api.parse(api.serialize(
-        rep.module, bytecode=True)), flags), rep
+    return compat.replace_lowered_module(lowered, aot.as_module(rep.module), flags), rep
