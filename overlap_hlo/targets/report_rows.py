@@ -97,42 +97,87 @@ class _SiteTime:
     compute_by_category: dict
 
 
+class Claims:
+    """What the rows have taken of one compiled module (one Claims each for the original
+    and the rewritten: they may be the same module), so that no instruction counts in
+    two rows. The instructions at a site's own position or own dots (`positions`: named
+    by one site only) are reserved for that site's row; the rest goes to the first row
+    that reaches it (a matmul beside its collective, a copy in its loop)."""
+
+    def __init__(self, positions: frozenset = frozenset(), input_name: str | None = None):
+        self.positions, self.input_name = positions, input_name
+        self.reserved: set[str] | None = None   # found at the first `take`
+        self.taken: set[str] = set()
+
+    def take(self, analysis: Analysis, own: set[str], reached: set[str]) -> set[str]:
+        """`own` and what of `reached` is not reserved, less what was taken before;
+        marked taken."""
+        if self.reserved is None:
+            def reserved(hlo: str) -> bool:
+                return any(_at(hlo, where, self.input_name) for where in self.positions)
+            self.reserved = {name for hlo, names in analysis.names_by_location.items()
+                             if reserved(hlo) for name in names}
+            self.reserved |= {_collective(c) for c in analysis.collectives
+                              if reserved(c.location)}
+        names = (own | (reached - self.reserved)) - self.taken
+        self.taken |= names
+        return names
+
+
+def _collective(c) -> str:
+    """A collective's key in `Claims` (a fusion is both a collective and compute)."""
+    return f"collective {c.name}"
+
+
 def _site_time(analysis: Analysis, location: str, at_a_dot: Callable[[str], bool],
-               at_its_dot: Callable[[str], bool], also: tuple = ()) -> _SiteTime:
+               at_its_dot: Callable[[str], bool], claims: Claims,
+               also: tuple = ()) -> _SiteTime:
     """The site's time in one compiled module: its collectives' and permutes' waits,
     the compute at its location and at its own dots' positions (`at_its_dot`: the
     ring takes the dots there to the site's location), the matmuls beside its
     collectives and the instructions named in `also` (copies the compiler put in its
     loops, which carry no location). A collective without a location belongs to the
-    site when a matmul beside it sits at one of the site's dots (`at_a_dot`)."""
-    collectives = [c for c in analysis.collectives if c.location == location or (
-        not c.location and any(at_a_dot(_where(m)) for m in analysis.matmuls_beside(c)))]
-    exposed = (sum(c.exposed_us for c in collectives)
-               + sum(p.exposed_us for p in analysis.permutes_at(location)))
-    names = set(analysis.names_by_location.get(location, ())) | set(also)
-    names |= {name for hlo, at in analysis.names_by_location.items() if at_its_dot(hlo)
-              for name in at}
-    names |= {dot.name for collective in collectives
-              for dot in analysis.matmuls_beside(collective)}
+    site when a matmul beside it sits at one of the site's dots (`at_a_dot`). What
+    another row took first (`claims`) is not counted again."""
+    at_location = [c for c in analysis.collectives if c.location == location]
+    reached = [c for c in analysis.collectives if not c.location and any(
+        at_a_dot(_where(m)) for m in analysis.matmuls_beside(c))]
+    kept = claims.take(analysis, {_collective(c) for c in at_location},
+                       {_collective(c) for c in reached})
+    collectives = [c for c in at_location + reached if _collective(c) in kept]
+    permutes = [p for p in analysis.permutes_at(location)
+                if claims.take(analysis, {f"permute {p.name}"}, set())]
+    exposed = sum(c.exposed_us for c in collectives) + sum(p.exposed_us for p in permutes)
+    own = {name for hlo, at in analysis.names_by_location.items()
+           if hlo == location or at_its_dot(hlo) for name in at}
+    reached = set(also) | {dot.name for collective in collectives
+                           for dot in analysis.matmuls_beside(collective)}
+    names = claims.take(analysis, own, reached)
     compute = sum(analysis.compute_by_name.get(name, 0.0) for name in names)
     return _SiteTime(compute + exposed, compute, exposed, tuple(collectives),
                      analysis.compute_by_category(names))
 
 
-def _row(location, sites, original, rewritten, input_name,
-         shared: frozenset = frozenset()) -> SiteRow:
-    """One site's row; `sites` are its records (one per pass run that met it), which
-    name its dots and carry the analytic model's estimates. Positions in `shared`
-    (named by other sites too) do not count as its own dots' (`site_rows`)."""
-    where = sites[0].where
-    dots = {dot for site in sites for dot in site.dots}
-    own = dots - shared - {where}
-    spellings = {loc for analysis in (rewritten, original)
+def _hlo_location(location: str, where: Where, analyses, input_name: str | None) -> str:
+    """How the compiled modules spell a site's location (`location` if they do not)."""
+    spellings = {loc for analysis in analyses
                  for loc in (*analysis.names_by_location,
                              *(p.location for p in analysis.permutes),
                              *(c.location for c in analysis.collectives))}
-    hlo_location = next((loc for loc in sorted(spellings) if _at(loc, where, input_name)),
-                        location)
+    return next((loc for loc in sorted(spellings) if _at(loc, where, input_name)), location)
+
+
+def _row(location, sites, original, rewritten, input_name,
+         shared: frozenset = frozenset(), claims: tuple[Claims, Claims] | None = None
+         ) -> SiteRow:
+    """One site's row; `sites` are its records (one per pass run that met it), which
+    name its dots and carry the analytic model's estimates. Positions in `shared`
+    (named by other sites too) do not count as its own dots' (`site_rows`); `claims`
+    (the original's, the rewritten's) hold what earlier rows took."""
+    where = sites[0].where
+    dots = {dot for site in sites for dot in site.dots}
+    own = dots - shared - {where}
+    hlo_location = _hlo_location(location, where, (rewritten, original), input_name)
 
     def at_a_dot(hlo: str) -> bool:
         return any(_at(hlo, dot, input_name) for dot in dots)
@@ -140,12 +185,15 @@ def _row(location, sites, original, rewritten, input_name,
     def at_its_dot(hlo: str) -> bool:
         return any(_at(hlo, dot, input_name) for dot in own)
 
+    if claims is None:
+        claims = tuple(Claims(frozenset({where, *own}), input_name) for _ in range(2))
+
     permutes = rewritten.permutes_at(hlo_location)
     loops = [loop for loop in rewritten.loops if loop.location == hlo_location]
     copies = [c for c in rewritten.loop_copies
               if any(loop.body == c.body for loop in loops)]
-    before = _site_time(original, hlo_location, at_a_dot, at_its_dot)
-    after = _site_time(rewritten, hlo_location, at_a_dot, at_its_dot,
+    before = _site_time(original, hlo_location, at_a_dot, at_its_dot, claims[0])
+    after = _site_time(rewritten, hlo_location, at_a_dot, at_its_dot, claims[1],
                        also=tuple(c.name for c in copies if c.location != hlo_location))
     breakdown = {name: [before.compute_by_category.get(name, 0.0),
                         after.compute_by_category.get(name, 0.0)]
@@ -183,7 +231,7 @@ def site_rows(sites: list, original: Analysis, rewritten: Analysis,
               input_name: str | None, row_of: Callable = _row) -> list[SiteRow]:
     """One row per site location (`row_of`), in the sites' order; a
     dot position some other site names too (as a dot or as its own position) is
-    counted by no row's `own dots`."""
+    counted by no row's `own dots`, and no instruction counts in two rows (`Claims`)."""
     by_location: dict[str, list] = {}
     for site in sites:
         by_location.setdefault(site.location, []).append(site)
@@ -192,7 +240,10 @@ def site_rows(sites: list, original: Analysis, rewritten: Analysis,
         for where in {group[0].where, *(dot for site in group for dot in site.dots)}:
             named[where] = named.get(where, 0) + 1
     shared = frozenset(where for where, count in named.items() if count > 1)
-    return [row_of(location, group, original, rewritten, input_name, shared=shared)
+    owned = frozenset(where for where, count in named.items() if count == 1)
+    claims = (Claims(owned, input_name), Claims(owned, input_name))
+    return [row_of(location, group, original, rewritten, input_name, shared=shared,
+                   claims=claims)
             for location, group in by_location.items()]
 
 

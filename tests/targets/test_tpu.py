@@ -253,6 +253,11 @@ def test_cli_json_and_timeline(tmp_path, capsys):
             pytest.approx(data[total_key])
     assert sum(s["exposed_us"] for s in data["sites"]) + outside["exposed_us"][1] == \
         pytest.approx(data["rewritten_exposed_us"])
+    # No instruction counts in two rows (the gather's neighbour matmul is the scatter's
+    # dot): what is outside the sites is never negative.
+    assert min(value for pair in outside.values() for value in pair) >= 0, outside
+    assert sum(s["original_compute_us"] for s in data["sites"]) + outside["compute_us"][0] \
+        == pytest.approx(data["original_compute_us"])
     assert "outside the sites" in printed.out
     # Each module's compute holds at least its matmuls' estimates (none priced as else).
     assert data["model_problems"] == [] and data["original_matmul_us"] > 0
