@@ -81,8 +81,8 @@ def op_signature(op: ir.Operation) -> tuple:
 class _Template:
     holder: ir.Operation            # a func.func of the scratch module
     results: list[tuple[int, int]]  # (top-level op index, result number) of each result
-    here: list[int]                 # pre-order indices of the ops at the builder's location
-    channels: list[tuple[int, int]]  # (pre-order index, rank in handle order) per permute
+    here: list[ir.Operation]        # its ops at the builder's location
+    channels: list[tuple[ir.Operation, int]]  # (permute, rank in handle order)
 
 
 class Templates:
@@ -135,7 +135,8 @@ class Templates:
         clones = [op.clone(ip=ir.InsertionPoint(block)) for op in built]
         inside = {_key(r): c.results[j] for op, c in zip(built, clones)
                   for j, r in enumerate(op.results)}
-        for op in _preorder(clones):
+        copies = _preorder(clones)   # in the order of `_preorder(built)`
+        for op in copies:
             for i, operand in enumerate(op.operands):
                 k = _key(operand)
                 if k in inside:
@@ -156,11 +157,19 @@ class Templates:
                     if _handle(op) is not None]
         order = sorted(range(len(permutes)), key=lambda k: permutes[k][1])
         return _Template(holder.operation, [positions[_key(r)] for r in results],
-                         [i for i, op in enumerate(nested) if str(op.location) == here],
-                         [(permutes[k][0], order.index(k)) for k in range(len(permutes))])
+                         [copies[i] for i, op in enumerate(nested)
+                          if str(op.location) == here],
+                         [(copies[permutes[k][0]], order.index(k))
+                          for k in range(len(permutes))])
 
     def _clone(self, template: _Template, inputs: list[ir.Value],
                anchor: ir.Operation) -> list[ir.Value]:
+        location = ir.Location.current   # set on the template, then cloned with it
+        for op in template.here:
+            op.location = location
+        fresh = [self.channels() for _ in template.channels]
+        for op, rank in template.channels:
+            op.attributes[CHANNEL] = _with_handle(op.attributes[CHANNEL], fresh[rank])
         copy = template.holder.clone(ip=ir.InsertionPoint(self._scratch.body))
         body = copy.regions[0].blocks[0]
         for argument, value in zip(body.arguments, inputs):
@@ -169,14 +178,6 @@ class Templates:
         for op in ops:
             op.move_before(anchor)
         copy.erase()
-        location = ir.Location.current
-        nested = _preorder(ops)
-        for i in template.here:
-            nested[i].location = location
-        fresh = [self.channels() for _ in template.channels]
-        for i, rank in template.channels:
-            op = nested[i]
-            op.attributes[CHANNEL] = _with_handle(op.attributes[CHANNEL], fresh[rank])
         return [ops[i].results[j] for i, j in template.results]
 
     def _check(self, cloned: list[ir.Operation], anchor: ir.Operation, make) -> None:
