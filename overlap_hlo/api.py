@@ -18,7 +18,7 @@ from overlap_hlo.ir.large_stack import on_large_stack
 from overlap_hlo.ir.ops import contains
 from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.plan.xla_flags import ring_options
-from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE, build_pass_manager, registered_passes
+from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE, registered_passes, run_pipeline
 from overlap_hlo.rewrite.site import Site, SiteLog
 
 BYTECODE_MAGIC = b"ML\xefR"
@@ -311,18 +311,13 @@ def _rewrite(module: ir.Module, pipeline: str | None, verify: bool, input_name: 
              options: dict, caller: str) -> list[Site]:
     if not isinstance(module, ir.Module):
         raise TypeError(f"{caller}() takes an ir.Module, got {type(module).__name__}")
-    log = SiteLog(input_name=input_name)
     defaults = pass_defaults(options, caller)
     with module.context:
-        pm = build_pass_manager(_pipeline_text(pipeline), log, defaults)
-        pm.enable_verifier(False)   # each overlap pass checks the module it leaves
-
-        def run():
-            pm.run(module.operation)
-            if verify:   # and the result once
-                module.operation.verify()
-
-        on_large_stack(run)
+        log = on_large_stack(lambda: run_pipeline(
+            module.operation, _pipeline_text(pipeline),
+            lambda deferred: SiteLog(input_name=input_name, deferred=deferred), defaults,
+            verify=verify, context=module.context,
+            configure=lambda pm: pm.enable_verifier(False)))
     return log.sites
 
 

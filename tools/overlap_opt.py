@@ -26,6 +26,7 @@ from dataclasses import MISSING, dataclass
 from typing import Callable
 
 from jaxlib.mlir import ir
+from jaxlib.mlir.passmanager import PassManager
 
 import overlap_hlo
 from overlap_hlo.api import (InputError, no_collectives_note, pass_defaults, rewrite_summary,
@@ -36,7 +37,8 @@ from overlap_hlo.ir.locations import describe, file_line_col
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.cost import PROFILES
 from overlap_hlo.plan.xla_flags import as_xla_flags, ring_options
-from overlap_hlo.rewrite.pipeline import PipelineError, build_pass_manager, registered_passes
+from overlap_hlo.rewrite.pipeline import (PipelineError, build_pass_manager, registered_passes,
+                                          run_pipeline)
 from overlap_hlo.rewrite.module_pass import option_type
 from overlap_hlo.rewrite.site import Site, SiteLog, statistics
 
@@ -367,19 +369,29 @@ class Driver:
         return ChunkResult(ok, None if failed else output)
 
     def _run_pipeline(self, module: ir.Module) -> bool:
-        log = ReportingSiteLog(input_name=self.input_name,
-                               report=self._on_site if self.args.remarks else None)
-        pm = build_pass_manager(self.args.pass_pipeline, log, self.defaults, self.context)
-        pm.enable_verifier(self.args.verify_each is True)
-        if self.args.mlir_print_ir_before_all or self.args.mlir_print_ir_after_all:
-            pm.enable_ir_printing(print_before_all=self.args.mlir_print_ir_before_all,
-                                  print_after_all=self.args.mlir_print_ir_after_all)
-        if self.args.mlir_timing:
-            pm.enable_timing()
+        held: list[Site] = []   # the last attempt's sites, reported after the run
+        before = len(self.diagnostics)
+
+        def make_log(deferred: bool) -> SiteLog:   # an attempt: only the last one speaks
+            held.clear()
+            del self.diagnostics[before:]
+            return ReportingSiteLog(input_name=self.input_name, deferred=deferred,
+                                    report=held.append if self.args.remarks else None)
+
+        def configure(pm: PassManager) -> None:
+            pm.enable_verifier(self.args.verify_each is True)
+            if printing:
+                pm.enable_ir_printing(print_before_all=self.args.mlir_print_ir_before_all,
+                                      print_after_all=self.args.mlir_print_ir_after_all)
+            if self.args.mlir_timing:
+                pm.enable_timing()
+
+        printing = self.args.mlir_print_ir_before_all or self.args.mlir_print_ir_after_all
         try:
-            pm.run(module.operation)
-            if self.args.verify_each is None:   # once, on the result
-                module.operation.verify()
+            log = run_pipeline(module.operation, self.args.pass_pipeline, make_log,
+                               self.defaults, verify=self.args.verify_each is None,
+                               defer=not printing, context=self.context,
+                               configure=configure)
             self.sites += log.sites
             note = no_collectives_note(module, log.sites)
             if note is not None and not self.args.verify_diagnostics:
@@ -396,7 +408,8 @@ class Driver:
                 self.input_name, None))
             return False
         finally:
-            del pm  # the timing report is printed when the PassManager goes away
+            for site in held:
+                self._on_site(site)
 
     def _print(self, module: ir.Module) -> bytes | None:
         if self.args.emit_bytecode:

@@ -12,6 +12,8 @@ platforms; see targets/candidates.py). Pipeline text (`threshold-mib=0`) and Pyt
 result. A site whose rewrite raises or leaves the module invalid is left unchanged and
 reported as an internal error: the pass starts over from the snapshot without it (after
 a module that did not verify, verifying after every site to find the one to blame).
+Where the log is `deferred` (`pipeline.run_pipeline`), `run` only applies, and the
+pipeline verifies its result once, running again this way should anything fail.
 """
 from __future__ import annotations
 
@@ -122,6 +124,14 @@ class ModulePass:
         if not contains(module_op, self.root.OPERATION_NAME):
             return             # no root op: nothing to snapshot
         self.prepare(module_op)
+        if log.deferred:   # no snapshot, no verification: the pipeline's end checks
+            records: list[Site] = []
+            failure = self.apply(module_op, records, {}, False, log)
+            if failure is not None:
+                raise DeferredFailure(f"{self.name}: site {failure[0]}: {failure[1]}")
+            for site in records:
+                log.add(site)
+            return
         snapshot = module_op.clone()
         broken: dict[int, str] = {}
         careful = False
@@ -165,6 +175,11 @@ def option_type(cls: type, name: str) -> type:
 @functools.cache
 def _type_hints(cls: type) -> dict:
     return typing.get_type_hints(cls)   # slow: it evaluates every annotation's text
+
+
+class DeferredFailure(RuntimeError):
+    """A site's rewrite failed while verification was deferred: the pipeline is rerun
+    with each pass verifying (and blaming) its own sites."""
 
 
 def verification_error(op: ir.Operation) -> str | None:

@@ -14,12 +14,13 @@ as written, to MLIR's own parser. All of them join one PassManager, in order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.passmanager import PassManager
 
 from overlap_hlo.rewrite.coverage import PASS_OF, Coverage
-from overlap_hlo.rewrite.module_pass import ModulePass
+from overlap_hlo.rewrite.module_pass import DeferredFailure, ModulePass, restore
 from overlap_hlo.rewrite.site import SiteLog
 
 DEFAULT_PIPELINE = ("builtin.module(overlap-matmul-all-reduce,overlap-sequence-parallel,"
@@ -248,3 +249,35 @@ def _runner(instance: ModulePass, log: SiteLog):
             instance.run(op, log)
 
     return run
+
+
+def run_pipeline(module_op: ir.Operation, text: str, make_log: Callable[[bool], SiteLog],
+                 defaults: dict | None = None, *, verify: bool = True,
+                 defer: bool = True, context: ir.Context | None = None,
+                 configure: Callable[[PassManager], None] | None = None) -> SiteLog:
+    """Run pipeline `text` on `module_op` in place and return its log
+    (`make_log(deferred)` makes it; `configure` sets up each PassManager). With
+    `verify`, the overlap passes leave verification to the end, where the result is
+    verified once; should a site's rewrite fail or the result not verify, the module is
+    restored and the pipeline run again with each pass verifying its own sites (and
+    leaving a broken one unchanged), as without `defer`."""
+    defer = defer and verify
+    snapshot = module_op.clone() if defer else None
+    attempts = (True, False) if defer else (False,)
+    for deferred in attempts:
+        log = make_log(deferred)
+        pm = build_pass_manager(text, log, defaults, context)
+        if configure is not None:
+            configure(pm)
+        try:
+            pm.run(module_op)
+            if verify:
+                module_op.verify()
+            return log
+        except (DeferredFailure, ir.MLIRError):
+            if not deferred:
+                raise
+        finally:
+            del pm   # a timing report is printed when its PassManager goes away
+        restore(module_op, snapshot)
+    raise AssertionError("unreachable")

@@ -93,6 +93,9 @@ class SiteLog:
 
     sites: list[Site] = field(default_factory=list)
     input_name: str | None = None
+    # The passes leave verification to the pipeline's end (`pipeline.run_pipeline`),
+    # which reruns them verifying each should anything fail.
+    deferred: bool = False
 
     def add(self, site: Site) -> None:
         self.sites.append(site)

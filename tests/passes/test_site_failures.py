@@ -276,3 +276,23 @@ def test_a_failed_site_on_the_command_line(monkeypatch, tmp_path, capsys):
     assert "overlap-all-gather-matmul: rewritten" not in err
     assert ": error:" not in err   # no diagnostic blames the input
     assert op_counts(overlap_hlo.parse(out.read_text()))["stablehlo.all_gather"] == 1
+
+
+def test_verification_deferred_to_the_end_of_the_pipeline(monkeypatch):
+    """A run that verifies its result leaves the passes' own verification out (one
+    check at the end); a run that does not verify keeps it, pass by pass."""
+    from overlap_hlo.rewrite import module_pass
+    real, calls = module_pass.verification_error, []
+
+    def counted(op):
+        calls.append(op)
+        return real(op)
+
+    monkeypatch.setattr(module_pass, "verification_error", counted)
+    mod = overlap_hlo.parse(TWO_SITES)
+    sites = overlap_hlo.rewrite_module(mod, threshold_mib=0)
+    assert all(site.applied for site in sites) and calls == []
+    mod.operation.verify()
+    sites = overlap_hlo.rewrite_module(overlap_hlo.parse(TWO_SITES), threshold_mib=0,
+                                       verify=False)
+    assert all(site.applied for site in sites) and len(calls) == 2   # each ring pass
