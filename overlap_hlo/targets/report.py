@@ -77,7 +77,7 @@ def rewrite_lowered(lowered, topology: str | tpu.Topology | gpu.Target,
     on a GPU target the Lowered compiles with the XLA options the rings need, for that
     executable only."""
     rep = build(lowered, topology, pipeline, **options)
-    if rep.chosen == ORIGINAL or not any(row.applied for row in rep.sites):
+    if rep.chosen == ORIGINAL or not rep.any_rewritten:
         return lowered, rep
     flags = ring_options(compat.lowering_platforms(lowered))
     return compat.replace_lowered_module(lowered, aot.as_module(rep.module), flags), rep

@@ -112,13 +112,19 @@ class Report:
         return outside_sites(self.sites, self.original, self.rewritten)
 
     @property
+    def any_rewritten(self) -> bool:
+        """Whether the module kept rewrote any site (a row may hold a rewritten forward
+        site and its backward one left unchanged)."""
+        return any(row.applied or row.rewritten for row in self.sites)
+
+    @property
     def kept(self) -> str:
         """What the module the report kept is, by what was chosen: "rewritten" (with
         the candidate the compiled schedule chose, if one did), or the original and why
         (the schedule found no faster candidate, or no site was rewritten)."""
         if self.chosen == ORIGINAL:
             return "the original, kept (no rewritten candidate was faster)"
-        if not any(row.applied for row in self.sites):
+        if not self.any_rewritten:
             return "the original, kept (no site rewritten)"
         return f"rewritten ({self.chosen})" if self.chosen else "rewritten"
 
@@ -216,7 +222,7 @@ class Report:
                 f"{self.rewritten_us:.1f} us ({self.speedup:.2f}x) on {self.where}")
         text += (f"; {len(slower)} of {len(self.sites)} rewritten site(s) predicted slower"
                  if slower else "; no rewritten site predicted slower")
-        left = [row for row in self.sites if not row.applied]
+        left = [row for row in self.sites if not (row.applied or row.rewritten)]
         if left:
             why = ", ".join(dict.fromkeys(row.left_because for row in left if row.left_because))
             text += (f"; {len(left)} of {len(self.sites)} site(s) left unchanged"

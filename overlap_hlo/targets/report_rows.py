@@ -39,6 +39,7 @@ class SiteRow:
     model_after_us: float | None = None
     permute_details: list[dict] = field(default_factory=list)
     synchronous: int = 0            # permutes scheduled as one synchronous instruction
+    rewritten: int = 0              # of its records, those rewritten (`applied`: all)
 
     @property
     def speedup(self) -> float:
@@ -202,6 +203,7 @@ def _row(location, sites, original, rewritten, input_name,
     estimates = [site.estimate for site in sites if site.estimate is not None]
     return SiteRow(
         location=location, pattern=sites[0].pattern, applied=all(s.applied for s in sites),
+        rewritten=sum(s.applied for s in sites),
         left_because=", ".join(dict.fromkeys(s.counted_as for s in sites
                                              if not s.applied)),
         sites=len(sites), permutes=len(permutes),

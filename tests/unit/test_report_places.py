@@ -21,26 +21,29 @@ def test_an_hlo_location_is_a_source_position(hlo, where, input_name, found):
     assert _at(hlo, where, input_name) == found
 
 
-def _report(chosen: str, applied: bool):
+def _report(chosen: str, applied: bool, rewritten: int = 0):
     from overlap_hlo.targets.report import Report, SiteRow
 
-    row = SiteRow("model.mlir:3:5", "overlap-all-gather-matmul", applied, 1, 0, 0, 0,
-                  0.0, 1.0, 2.0, 1.0, 1.0)
+    row = SiteRow("model.mlir:3:5", "overlap-all-gather-matmul", applied, 2, 0, 0, 0,
+                  0.0, 1.0, 2.0, 1.0, 1.0, rewritten=rewritten)
     return Report("v5e:2x4", "tpu-v5e", 1.5, {}, [row], "before", "after", 0, 0,
                   chosen=chosen)
 
 
-@pytest.mark.parametrize("chosen, applied, kept", [
-    ("per site", True, "rewritten (per site)"),
-    ("", True, "rewritten"),                     # a threshold decided: no compiled check
-    ("the original", False, "the original, kept (no rewritten candidate was faster)"),
-    ("", False, "the original, kept (no site rewritten)"),
+@pytest.mark.parametrize("chosen, applied, rewritten, kept", [
+    ("per site", True, 2, "rewritten (per site)"),
+    ("", True, 2, "rewritten"),                  # a threshold decided: no compiled check
+    ("the original", False, 0, "the original, kept (no rewritten candidate was faster)"),
+    ("", False, 0, "the original, kept (no site rewritten)"),
+    # One of the row's two records rewritten (a forward site; its backward one left):
+    ("per site", False, 1, "rewritten (per site)"),
 ])
-def test_the_timeline_names_what_was_kept(chosen, applied, kept):
+def test_the_timeline_names_what_was_kept(chosen, applied, rewritten, kept):
     """The lower panel of --timeline is named by what the report chose, not
     "rewritten" when the original was kept."""
-    rep = _report(chosen, applied)
+    rep = _report(chosen, applied, rewritten)
     assert rep.kept == kept
+    assert rep.any_rewritten == (rewritten > 0)
     assert rep.timeline_panels() == {"original": "before", kept: "after"}
 
 
