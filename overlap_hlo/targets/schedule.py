@@ -50,6 +50,12 @@ ASYNC_STARTS = frozenset({"collective-permute-start", "all-gather-start",
 ASYNC_DONES = frozenset({"collective-permute-done", "all-gather-done", "all-reduce-done",
                          "async-done"})
 COLLECTIVES = SYNC_COLLECTIVES | {"all-gather", "all-reduce", "collective-permute"}
+# libtpu's decomposed async collective: a fusion wrapping the collective whose root is the
+# first custom call starts it, one whose root is the second waits for it; the fusions
+# between them reading the start's results (an all-gather's continuation fused with a
+# weight gradient's dot) compute meanwhile. Each of the three wraps the collective.
+ASYNC_COLLECTIVE_START = "AsyncCollectiveStart"
+ASYNC_COLLECTIVE_DONE = "AsyncCollectiveDone"
 
 
 @dataclass(frozen=True)
@@ -346,6 +352,7 @@ class _Walker:
         self.collectives: dict[str, Collective] = {}
         self.loops: dict[str, Loop] = {}
         self._matmul_cache: dict[int, bool] = {}
+        self.async_reads: dict[str, str] = {}   # instruction -> the async start it reads
 
     # -- classification ---------------------------------------------------------------
 
@@ -406,8 +413,17 @@ class _Walker:
                 t = self.finish_transfer(instr, computation, index, t)
             elif op in SYNC_COLLECTIVES:
                 t = self.sync_collective(instr, computation, t)
+            elif self.async_reads and (started := self.reads_async_start(instr)) is not None:
+                if self.async_collective_role(instr) == ASYNC_COLLECTIVE_DONE:
+                    t = self.finish_fused_transfer(instr, started, t)
+                else:   # what computes while it travels (get-tuple-elements, continuations)
+                    self.async_reads[instr.name] = started
+                    t = self.compute(instr, t)
             elif op == "fusion" and (inner := self.fused_collective(instr)) is not None:
-                if self.is_matmul(instr) or self.computes_besides(instr):
+                if self.async_collective_role(instr) == ASYNC_COLLECTIVE_START:
+                    self.start_fused_transfer(instr, inner, computation, index, t)
+                    t = self.compute(instr, t)
+                elif self.is_matmul(instr) or self.computes_besides(instr):
                     t = self.collective_matmul(instr, t, inner)
                 else:
                     t = self.sync_collective(instr, computation, t, inner)
@@ -524,6 +540,51 @@ class _Walker:
         else:
             self.note_collective(start, op, nbytes, duration, wait)
         return max(t, end)
+
+    def async_collective_role(self, fusion: Instruction) -> str:
+        """ASYNC_COLLECTIVE_START or _DONE for libtpu's fusions that start or wait for
+        an async collective (their root's custom-call target), else ""."""
+        roots = [c.root for c in self.proto.called(fusion)] if fusion.opcode == "fusion" \
+            else []
+        target = roots[0].custom_call_target if roots and roots[0].opcode == "custom-call" \
+            else ""
+        return target if target in (ASYNC_COLLECTIVE_START, ASYNC_COLLECTIVE_DONE) else ""
+
+    def reads_async_start(self, instr: Instruction) -> str | None:
+        """The async collective start in flight that `instr` reads, directly or through
+        what read it before (get-tuple-elements, continuation fusions), if any."""
+        for operand in self.proto.operands(instr):
+            started = self.async_reads.get(operand.name)
+            if started is not None and started in self.in_flight:
+                return started
+        return None
+
+    def start_fused_transfer(self, fusion: Instruction, inner: Instruction, computation: str,
+                             index: int, t: float) -> None:
+        """libtpu's async collective start: the collective it wraps leaves now."""
+        in_bytes = sum(o.shape.nbytes for o in self.proto.operands(inner))
+        out_bytes = inner.shape.nbytes
+        lane = self.lane(("*",))
+        begin = max(t, self.lane_free[lane])
+        duration = self.transfer_us(inner, inner.opcode, in_bytes, out_bytes)
+        self.lane_free[lane] = begin + duration
+        self.span(lane, begin, begin + duration, fusion, "collective")
+        self.in_flight[fusion.name] = _InFlight(computation, index, begin + duration,
+                                                inner.opcode, max(in_bytes, out_bytes),
+                                                duration, lane)
+        self.async_reads[fusion.name] = fusion.name
+
+    def finish_fused_transfer(self, done: Instruction, started: str, t: float) -> float:
+        """libtpu's async collective done: waits for the transfer `started` began; the
+        collective is noted at the done's location (the start has none)."""
+        flight = self.in_flight.pop(started)
+        self.async_reads = {k: v for k, v in self.async_reads.items() if v != started}
+        wait = max(0.0, flight.end - t)
+        if wait:
+            self.span("compute", t, flight.end, done, "wait")
+        self.result.exposed_us += wait
+        self.note_collective(done, flight.op, flight.nbytes, flight.duration, wait)
+        return self.compute(done, max(t, flight.end))
 
     def fused_collective(self, fusion: Instruction) -> Instruction | None:
         """The collective a fusion wraps, if any: libtpu fuses a reduce-scatter that

@@ -111,3 +111,48 @@ def test_the_matmuls_are_counted_apart_from_the_walk(monkeypatch):
     (problem,) = report.model_problems()
     assert problem.startswith("the rewritten module's modelled compute (1.0 us) is below")
     assert "warning: " + problem in report.format()
+
+
+@pytest.mark.parametrize("cycles", [100_000, 10_000_000])
+def test_an_async_collective_started_and_waited_for_in_fusions_is_one_transfer(
+        monkeypatch, cycles):
+    """libtpu splits an all-gather into a start fusion, a continuation fused with a
+    weight gradient's dot and a done fusion, each wrapping the all-gather: one transfer,
+    overlapped with the continuation's compute, noted once at the done."""
+    import dataclasses
+    group = tuple(range(8))
+    state = Shape(BF16, (), ((SHARD, GATHERED)))
+    grad = Shape(BF16, (3584, 8192))
+
+    def wrapping(cid, ag_id, root):
+        return Computation(f"c{cid}", cid, root.id, (
+            instr(f"p{cid}", "parameter", ag_id - 1, SHARD),
+            instr(f"ag{cid}", "all-gather", ag_id, GATHERED, [ag_id - 1], group=group),
+            root))
+
+    start_root = dataclasses.replace(instr("cs", "custom-call", 21, state, [20]),
+                                     custom_call_target="AsyncCollectiveStart")
+    done_root = dataclasses.replace(instr("cd", "custom-call", 41, GATHERED, [40]),
+                                    custom_call_target="AsyncCollectiveDone")
+    continuation = wrapping(3, 30, instr("dot", "convolution", 31, grad, [30, 30]))
+    entry = [instr("x", "parameter", 1, SHARD),
+             instr("start", "fusion", 2, state, [1], [2]),
+             instr("gte", "get-tuple-element", 4, SHARD, [2]),
+             instr("cont", "fusion", 5, grad, [4], [3], cycles),
+             instr("done", "fusion", 6, GATHERED, [5], [4]),
+             instr("use", "fusion", 7, grad, [6], [], 1_500)]
+    proto = ModuleProto({1: Computation("main", 1, 7, tuple(entry)),
+                         2: wrapping(2, 20, start_root), 3: continuation,
+                         4: wrapping(4, 40, done_root)}, 1)
+    monkeypatch.setattr(schedule, "scheduled_sequences", lambda hlo, p: {"main": entry})
+    timing = schedule.Timing(cost.hardware("tpu-v5e"), 1.5, 8)
+    walker = schedule._Walker(None, proto, timing, schedule.trip_count, False)
+    result = walker.result
+    result.total_us = walker.run("main", 0.0)
+    transfer = timing.collective_us("all-gather", SHARD.nbytes, GATHERED.nbytes, 8, ())
+    compute = cycles / 1.5e3
+    assert result.compute_us == pytest.approx(compute + 1.0)   # the dot and the reader
+    assert result.exposed_us == pytest.approx(max(0.0, transfer - compute))
+    (collective,) = result.collectives
+    assert collective.name == "done" and collective.bytes == GATHERED.nbytes
+    assert collective.executions == 1 and collective.time_us == pytest.approx(transfer)
