@@ -39,13 +39,17 @@ def module(fused_dot: bool, cycles: int) -> tuple[ModuleProto, list[Instruction]
     return ModuleProto({1: entry, 2: fused}, 1), entry_ops
 
 
-def walk(monkeypatch, fused_dot: bool, cycles: int) -> schedule.Analysis:
-    proto, sequence = module(fused_dot, cycles)
+def walk_sequence(monkeypatch, proto: ModuleProto, sequence: list[Instruction]):
+    """The model's walk of `sequence` as the entry's schedule: (Analysis, Timing)."""
     monkeypatch.setattr(schedule, "scheduled_sequences", lambda hlo, p: {"main": sequence})
     timing = schedule.Timing(cost.hardware("tpu-v5e"), 1.5, 8)
     walker = schedule._Walker(None, proto, timing, schedule.trip_count, False)
     walker.result.total_us = walker.run("main", 0.0)
     return walker.result, timing
+
+
+def walk(monkeypatch, fused_dot: bool, cycles: int) -> schedule.Analysis:
+    return walk_sequence(monkeypatch, *module(fused_dot, cycles))
 
 
 @pytest.mark.parametrize("cycles", [100_000, 10_000_000])
@@ -82,11 +86,7 @@ def test_a_collective_fused_with_other_compute_overlaps_it(monkeypatch):
     sequence = [instr("x", "parameter", 1, SHARD), instr("s", "parameter", 3, scores),
                 instr("fusion", "fusion", 4, GATHERED, [1, 3], [2], cycles)]
     proto = ModuleProto({1: Computation("main", 1, 4, tuple(sequence)), 2: fused}, 1)
-    monkeypatch.setattr(schedule, "scheduled_sequences", lambda hlo, p: {"main": sequence})
-    timing = schedule.Timing(cost.hardware("tpu-v5e"), 1.5, 8)
-    walker = schedule._Walker(None, proto, timing, schedule.trip_count, False)
-    result = walker.result
-    result.total_us = walker.run("main", 0.0)
+    result, timing = walk_sequence(monkeypatch, proto, sequence)
     transfer = timing.collective_us("all-gather", SHARD.nbytes, GATHERED.nbytes, 8, ())
     assert result.compute_us == pytest.approx(cycles / 1.5e3)   # the softmax counts
     assert result.exposed_us == pytest.approx(max(0.0, transfer - cycles / 1.5e3))
@@ -144,11 +144,7 @@ def test_an_async_collective_started_and_waited_for_in_fusions_is_one_transfer(
     proto = ModuleProto({1: Computation("main", 1, 7, tuple(entry)),
                          2: wrapping(2, 20, start_root), 3: continuation,
                          4: wrapping(4, 40, done_root)}, 1)
-    monkeypatch.setattr(schedule, "scheduled_sequences", lambda hlo, p: {"main": entry})
-    timing = schedule.Timing(cost.hardware("tpu-v5e"), 1.5, 8)
-    walker = schedule._Walker(None, proto, timing, schedule.trip_count, False)
-    result = walker.result
-    result.total_us = walker.run("main", 0.0)
+    result, timing = walk_sequence(monkeypatch, proto, entry)
     transfer = timing.collective_us("all-gather", SHARD.nbytes, GATHERED.nbytes, 8, ())
     compute = cycles / 1.5e3
     assert result.compute_us == pytest.approx(compute + 1.0)   # the dot and the reader
