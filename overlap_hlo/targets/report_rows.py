@@ -3,8 +3,9 @@ module, found by the source location its remark names (or the positions of its d
 and what no site's row holds (`outside_sites`)."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Collection
 
 from overlap_hlo.ir.locations import Where
 from overlap_hlo.targets import schedule
@@ -79,10 +80,16 @@ class SiteRow:
 SLOWER_TOLERANCE = 0.005   # a site within 0.5% of the original is not called slower
 
 
-def _at(hlo_location: str, where: Where, input_name: str | None) -> bool:
+def _at(hlo_location: str, wheres: Collection[Where], input_name: str | None) -> bool:
     """Whether an HLO location ("file:line:col"; HLO metadata spells the parsed input
-    "-" or "") is the source position `where` of a site or a dot."""
-    return where.line is not None and Where.parse(hlo_location, input_name) == where
+    "-" or "") is one of the source positions `wheres` of sites or dots."""
+    where = _parsed(hlo_location, input_name)
+    return where.line is not None and where in wheres
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parsed(hlo_location: str, input_name: str | None) -> Where:
+    return Where.parse(hlo_location, input_name)
 
 
 def _where(instr) -> str:
@@ -115,7 +122,7 @@ class Claims:
         marked taken."""
         if self.reserved is None:
             def reserved(hlo: str) -> bool:
-                return any(_at(hlo, where, self.input_name) for where in self.positions)
+                return _at(hlo, self.positions, self.input_name)
             self.reserved = {name for hlo, names in analysis.names_by_location.items()
                              if reserved(hlo) for name in names}
             self.reserved |= {_collective(c) for c in analysis.collectives
@@ -165,7 +172,7 @@ def _hlo_location(location: str, where: Where, analyses, input_name: str | None)
                  for loc in (*analysis.names_by_location,
                              *(p.location for p in analysis.permutes),
                              *(c.location for c in analysis.collectives))}
-    return next((loc for loc in sorted(spellings) if _at(loc, where, input_name)), location)
+    return next((loc for loc in sorted(spellings) if _at(loc, {where}, input_name)), location)
 
 
 def _row(location, sites, original, rewritten, input_name,
@@ -181,10 +188,10 @@ def _row(location, sites, original, rewritten, input_name,
     hlo_location = _hlo_location(location, where, (rewritten, original), input_name)
 
     def at_a_dot(hlo: str) -> bool:
-        return any(_at(hlo, dot, input_name) for dot in dots)
+        return _at(hlo, dots, input_name)
 
     def at_its_dot(hlo: str) -> bool:
-        return any(_at(hlo, dot, input_name) for dot in own)
+        return _at(hlo, own, input_name)
 
     if claims is None:
         claims = tuple(Claims(frozenset({where, *own}), input_name) for _ in range(2))

@@ -18,7 +18,7 @@ from overlap_hlo.targets.report import _at
     ("model.mlir", Where("model.mlir"), None, False),
 ])
 def test_an_hlo_location_is_a_source_position(hlo, where, input_name, found):
-    assert _at(hlo, where, input_name) == found
+    assert _at(hlo, {where}, input_name) == found
 
 
 def _report(chosen: str, applied: bool, rewritten: int = 0):
