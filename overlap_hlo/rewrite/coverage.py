@@ -18,7 +18,6 @@ from jaxlib.mlir import ir
 from overlap_hlo.ir.dominance import callee
 from overlap_hlo.ir.locations import Where
 from overlap_hlo.ir.lookthrough import COVERAGE_VIEWS, DOTS
-from overlap_hlo.ir.normalize import normalize
 from overlap_hlo.ir.ops import ELEMENTWISE, as_op
 from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.rewrite.site import Site, SiteLog
@@ -65,7 +64,8 @@ class Coverage:
     candidates: list[Candidate] = field(default_factory=list)
 
     def begin(self, module_op: ir.Operation) -> None:
-        normalize(module_op)   # as the passes see it: one copy of per-platform branches
+        self.log.normalized_once(module_op)   # as the passes see it: one copy of
+                                              # per-platform branches
         self.candidates = [c for c in candidates(module_op, self.log.input_name)
                            if c.pattern in self.patterns]
 

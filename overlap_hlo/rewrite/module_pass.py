@@ -107,7 +107,7 @@ class ModulePass:
             return value.name
         return str(value)
 
-    def prepare(self, module_op: ir.Operation) -> None:
+    def prepare(self, module_op: ir.Operation, log: SiteLog) -> None:
         """What the pass does to the module before its snapshot (kept on failure)."""
 
     def apply(self, module_op: ir.Operation, records: list[Site], broken: dict[int, str],
@@ -123,7 +123,7 @@ class ModulePass:
         """Apply this pass to `module_op` and log its sites; see the module's doc."""
         if not contains(module_op, self.root.OPERATION_NAME):
             return             # no root op: nothing to snapshot
-        self.prepare(module_op)
+        self.prepare(module_op, log)
         if log.deferred:   # no snapshot, no verification: the pipeline's end checks
             records: list[Site] = []
             failure = self.apply(module_op, records, {}, False, log)

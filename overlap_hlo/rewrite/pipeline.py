@@ -210,6 +210,7 @@ def build_pass_manager(text: str, log: SiteLog, defaults: dict | None = None,
         pm.add(_step(coverage.begin), name="OverlapSitesBefore",
                argument="overlap-sites-before",
                description="list the collectives next to dots (for overlap-sites-after)")
+    foreign = False   # a pass not of ours since the last of ours: the module may have changed
     for element in elements:
         cls = passes.get(element.name) if element.nested is None else None
         if cls is None:
@@ -222,13 +223,15 @@ def build_pass_manager(text: str, log: SiteLog, defaults: dict | None = None,
             except ValueError as err:
                 raise PipelineError(f"unknown pass or bad pipeline element "
                                     f"'{element.text}': {err}") from None
+            foreign = True
             continue
         try:
             instance = cls.from_options(parse_options(element), defaults)
         except ValueError as err:
             raise PipelineError(str(err)) from None
-        pm.add(_runner(instance, log), name=cls.__name__, argument=cls.name,
+        pm.add(_runner(instance, log, foreign), name=cls.__name__, argument=cls.name,
                description=cls.summary)
+        foreign = False
     if coverage.patterns:
         pm.add(_step(coverage.end), name="OverlapSitesAfter", argument="overlap-sites-after",
                description="a remark for each collective next to a dot that no pass reported")
@@ -243,9 +246,11 @@ def _step(function):
     return run
 
 
-def _runner(instance: ModulePass, log: SiteLog):
+def _runner(instance: ModulePass, log: SiteLog, after_foreign: bool):
     def run(op, pass_):
         with op.context:
+            if after_foreign:
+                log.normalized = False
             instance.run(op, log)
 
     return run
@@ -261,10 +266,7 @@ def run_pipeline(module_op: ir.Operation, text: str, make_log: Callable[[bool], 
     verified once; should a site's rewrite fail or the result not verify, the module is
     restored and the pipeline run again with each pass verifying its own sites (and
     leaving a broken one unchanged), as without `defer`."""
-    defer = defer and verify
-    snapshot = module_op.clone() if defer else None
-    attempts = (True, False) if defer else (False,)
-    for deferred in attempts:
+    def attempt(deferred: bool) -> SiteLog:
         log = make_log(deferred)
         pm = build_pass_manager(text, log, defaults, context)
         if configure is not None:
@@ -274,10 +276,13 @@ def run_pipeline(module_op: ir.Operation, text: str, make_log: Callable[[bool], 
             if verify:
                 module_op.verify()
             return log
-        except (DeferredFailure, ir.MLIRError):
-            if not deferred:
-                raise
         finally:
             del pm   # a timing report is printed when its PassManager goes away
-        restore(module_op, snapshot)
-    raise AssertionError("unreachable")
+
+    if defer and verify:
+        snapshot = module_op.clone()
+        try:
+            return attempt(True)
+        except (DeferredFailure, ir.MLIRError):
+            restore(module_op, snapshot)
+    return attempt(False)

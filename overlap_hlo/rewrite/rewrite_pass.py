@@ -24,7 +24,6 @@ from jaxlib.mlir import ir
 from overlap_hlo.ir import compat
 from overlap_hlo.ir.dots import tensor_bytes
 from overlap_hlo.ir.locations import Where
-from overlap_hlo.ir.normalize import normalize
 from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.cost import SiteShape
@@ -267,8 +266,8 @@ class RewritePass(ModulePass):
         records.extend(match.others)
         return Outcome(location, built=True)
 
-    def prepare(self, module_op: ir.Operation) -> None:
-        normalize(module_op)   # identical branches inlined, legacy dots as dot_general
+    def prepare(self, module_op: ir.Operation, log: SiteLog) -> None:
+        log.normalized_once(module_op)   # identical branches inlined, dots as dot_general
 
     def apply(self, module_op: ir.Operation, records: list, broken: dict[int, str],
               careful: bool, log: SiteLog) -> tuple[int, str] | None:

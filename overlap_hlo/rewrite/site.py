@@ -8,6 +8,7 @@ from typing import Callable
 from jaxlib.mlir import ir
 
 from overlap_hlo.ir.locations import Where
+from overlap_hlo.ir.normalize import normalize
 from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.plan.cost import Estimate, SiteShape
 from overlap_hlo.plan.ring_plan import RingPlan
@@ -96,9 +97,20 @@ class SiteLog:
     # The passes leave verification to the pipeline's end (`pipeline.run_pipeline`),
     # which reruns them verifying each should anything fail.
     deferred: bool = False
+    # The module is as `normalize` left it: nothing changed it since (a pass that
+    # rewrote a site, or a pass not of ours, clears this). See `normalized_once`.
+    normalized: bool = False
 
     def add(self, site: Site) -> None:
         self.sites.append(site)
+        if site.applied:
+            self.normalized = False
+
+    def normalized_once(self, module_op) -> None:
+        """`normalize(module_op)`, unless nothing changed it since the last time."""
+        if not self.normalized:
+            normalize(module_op)
+            self.normalized = True
 
 
 @dataclass(frozen=True)

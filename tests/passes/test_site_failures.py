@@ -296,3 +296,32 @@ def test_verification_deferred_to_the_end_of_the_pipeline(monkeypatch):
     sites = overlap_hlo.rewrite_module(overlap_hlo.parse(TWO_SITES), threshold_mib=0,
                                        verify=False)
     assert all(site.applied for site in sites) and len(calls) == 2   # each ring pass
+
+
+def normalize_calls(monkeypatch) -> list:
+    from overlap_hlo.rewrite import site
+    real, calls = site.normalize, []
+
+    def counted(op):
+        calls.append(op)
+        return real(op)
+
+    monkeypatch.setattr(site, "normalize", counted)
+    return calls
+
+
+@pytest.mark.parametrize("pipeline, threshold, expected", [
+    (None, 1e6, 1),   # nothing rewritten: only before the passes
+    (None, 0, 2),     # again after the gather pass rewrote its site, for the scatter pass
+    ("builtin.module(overlap-all-gather-matmul,canonicalize,overlap-matmul-reduce-scatter)",
+     1e6, 2),         # again after a pass not of ours
+])
+def test_the_module_is_normalized_again_only_after_it_changed(monkeypatch, pipeline,
+                                                              threshold, expected):
+    calls = normalize_calls(monkeypatch)
+    options = {} if pipeline is None else {"pipeline": pipeline}
+    mod = overlap_hlo.parse(LEGACY_DOTS)
+    sites = overlap_hlo.rewrite_module(mod, threshold_mib=threshold, **options)
+    assert [site.applied for site in sites] == [threshold == 0] * 2
+    assert len(calls) == expected
+    assert "stablehlo.dot " not in str(mod) and '"stablehlo.dot"' not in str(mod)
