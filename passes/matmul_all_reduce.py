@@ -60,6 +60,7 @@ class OverlapMatmulAllReduce(OverlapMatmulReduceScatter):
 
     name = "overlap-matmul-all-reduce"
     root = stablehlo.AllReduceOp
+    creates = frozenset({"stablehlo.reduce_scatter", "stablehlo.all_gather"})
     summary = ("dot_general feeding all_reduce(add) -> loop of partial dots + permutes, "
                "then all_gather")
 

@@ -54,6 +54,7 @@ class OverlapSequenceParallel(ModulePass):
 
     name: ClassVar[str] = "overlap-sequence-parallel"
     root: ClassVar[type] = stablehlo.AllGatherOp
+    creates: ClassVar[frozenset[str]] = frozenset({"stablehlo.all_gather"})
     summary: ClassVar[str] = (
         "all_gather -> row-wise ops (residual add, norms, activations) -> dot: the ops "
         "run on the shard, the all_gather moves next to the dot")

@@ -37,6 +37,26 @@ def varies_along(source: ir.Value, dims: list[int], dim: int) -> bool:
     return dim in dims and source.type.shape[dims.index(dim)] != 1
 
 
+# The collectives the passes start from.
+COLLECTIVES = frozenset({"stablehlo.all_gather", "stablehlo.all_reduce",
+                         "stablehlo.reduce_scatter", "stablehlo.all_to_all"})
+
+
+def names_in(op: ir.Operation, names: frozenset[str]) -> set[str]:
+    """Which of `names` name an op anywhere in `op` (the walk stops once all have)."""
+    found: set[str] = set()
+
+    def visit(inner):
+        if inner.name in names:
+            found.add(inner.name)
+            if len(found) == len(names):
+                return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return found
+
+
 def contains(op: ir.Operation, names) -> bool:
     """Whether an op named `names` (one name or a set of them) is anywhere in `op`; the
     walk stops at the first."""

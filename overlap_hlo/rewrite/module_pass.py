@@ -39,6 +39,9 @@ class ModulePass:
     name: ClassVar[str] = ""
     root: ClassVar[type] = object
     summary: ClassVar[str] = ""
+    # Collectives its rewrites may create (SiteLog.may_hold: a later pass whose root is
+    # none of the module's collectives is skipped without a walk).
+    creates: ClassVar[frozenset[str]] = frozenset()
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -121,7 +124,8 @@ class ModulePass:
 
     def run(self, module_op: ir.Operation, log: SiteLog) -> None:
         """Apply this pass to `module_op` and log its sites; see the module's doc."""
-        if not contains(module_op, self.root.OPERATION_NAME):
+        root = self.root.OPERATION_NAME
+        if not log.may_hold(module_op, root) or not contains(module_op, root):
             return             # no root op: nothing to snapshot
         self.prepare(module_op, log)
         if log.deferred:   # no snapshot, no verification: the pipeline's end checks
@@ -129,8 +133,7 @@ class ModulePass:
             failure = self.apply(module_op, records, {}, False, log)
             if failure is not None:
                 raise DeferredFailure(f"{self.name}: site {failure[0]}: {failure[1]}")
-            for site in records:
-                log.add(site)
+            self._log(records, log)
             return
         snapshot = module_op.clone()
         broken: dict[int, str] = {}
@@ -142,8 +145,7 @@ class ModulePass:
                 rewrote = any(site.applied for site in records)
                 error = verification_error(module_op) if rewrote else None
                 if error is None:
-                    for site in records:
-                        log.add(site)
+                    self._log(records, log)
                     return
                 if careful:   # every site verified: something else broke the module
                     raise RuntimeError(f"{self.name}: the module does not verify: {error}")
@@ -151,6 +153,13 @@ class ModulePass:
             else:
                 broken[failure[0]] = failure[1]
             restore(module_op, snapshot)
+
+
+    def _log(self, records: list[Site], log: SiteLog) -> None:
+        for site in records:
+            log.add(site)
+        if any(site.applied for site in records):
+            log.changed(self.creates)
 
 
 def _convert(f: dataclasses.Field, kind: type, text: str, pass_name: str):

@@ -250,7 +250,7 @@ def _runner(instance: ModulePass, log: SiteLog, after_foreign: bool):
     def run(op, pass_):
         with op.context:
             if after_foreign:
-                log.normalized = False
+                log.changed(None)
             instance.run(op, log)
 
     return run

@@ -9,6 +9,7 @@ from jaxlib.mlir import ir
 
 from overlap_hlo.ir.locations import Where
 from overlap_hlo.ir.normalize import normalize
+from overlap_hlo.ir.ops import COLLECTIVES, names_in
 from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.plan.cost import Estimate, SiteShape
 from overlap_hlo.plan.ring_plan import RingPlan
@@ -97,20 +98,35 @@ class SiteLog:
     # The passes leave verification to the pipeline's end (`pipeline.run_pipeline`),
     # which reruns them verifying each should anything fail.
     deferred: bool = False
-    # The module is as `normalize` left it: nothing changed it since (a pass that
-    # rewrote a site, or a pass not of ours, clears this). See `normalized_once`.
+    # What is known of the module until a pass changes it (`changed`): it is as
+    # `normalize` left it; the collectives it may hold (None: not looked at yet).
     normalized: bool = False
+    collectives: frozenset[str] | None = None
 
     def add(self, site: Site) -> None:
         self.sites.append(site)
-        if site.applied:
-            self.normalized = False
 
-    def normalized_once(self, module_op) -> None:
+    def changed(self, created: frozenset[str] | None) -> None:
+        """A pass rewrote the module, creating collectives named `created` (None: a
+        pass not of ours, which may have created anything)."""
+        self.normalized = False
+        self.collectives = (None if created is None or self.collectives is None
+                            else self.collectives | created)
+
+    def normalized_once(self, module_op: ir.Operation) -> None:
         """`normalize(module_op)`, unless nothing changed it since the last time."""
         if not self.normalized:
             normalize(module_op)
             self.normalized = True
+
+    def may_hold(self, module_op: ir.Operation, name: str) -> bool:
+        """False when no op named `name`, a collective, can be in the module (one walk
+        until a pass not of ours changes it); True is a maybe."""
+        if name not in COLLECTIVES:
+            return True
+        if self.collectives is None:
+            self.collectives = frozenset(names_in(module_op, COLLECTIVES))
+        return name in self.collectives
 
 
 @dataclass(frozen=True)

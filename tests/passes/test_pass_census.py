@@ -1,0 +1,92 @@
+"""Each pass declares the collectives its rewrites create (`ModulePass.creates`): a later
+pass whose root is none of the module's collectives is skipped without a walk
+(`SiteLog.may_hold`), so an undeclared creation would leave sites unseen."""
+import glob
+import os
+
+import pytest
+
+import overlap_hlo
+from overlap_hlo.ir.ops import COLLECTIVES, names_in
+from overlap_hlo.rewrite import module_pass
+from overlap_hlo.rewrite.pipeline import registered_passes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INPUTS = sorted(glob.glob(os.path.join(ROOT, "lit_tests", "*.mlir"))
+                + glob.glob(os.path.join(ROOT, "examples", "*.mlir")))
+OPTIONS = [{"threshold_mib": 0}, {"threshold_mib": 0, "bidirectional": True, "target": "tpu",
+                                  "tpu_summing_rings": True}]
+
+
+def chunks(path: str) -> list[str]:
+    with open(path) as f:
+        return [c for c in f.read().split("// -----") if "func.func" in c]
+
+
+def parsed(text: str):
+    try:
+        return overlap_hlo.parse(text)
+    except Exception:   # the inputs of the diagnostics tests
+        return None
+
+
+def counted_contains(monkeypatch) -> list:
+    """The root names passes look for in the module (`contains` calls)."""
+    asked = []
+    real = module_pass.contains
+
+    def counted(op, names):
+        asked.append(names)
+        return real(op, names)
+
+    monkeypatch.setattr(module_pass, "contains", counted)
+    return asked
+
+
+@pytest.mark.parametrize("path", INPUTS, ids=os.path.basename)
+def test_a_pass_creates_only_the_collectives_it_declares(path):
+    passes = registered_passes()
+    checked = 0
+    for text in chunks(path):
+        for name, cls in passes.items():
+            for options in OPTIONS:
+                mod = parsed(text)
+                if mod is None:
+                    continue
+                before = names_in(mod.operation, COLLECTIVES)
+                overlap_hlo.rewrite_module(mod, f"builtin.module({name})", **options)
+                new = names_in(mod.operation, COLLECTIVES) - before
+                assert new <= cls.creates, (name, new)
+                checked += 1
+    assert checked or not chunks(path)
+
+
+def test_a_pass_with_no_root_in_the_module_is_skipped_without_a_walk(monkeypatch):
+    """The module holds all_gather and reduce_scatter sites: the all_reduce and
+    all_to_all passes are decided by the one look at the module's collectives."""
+    asked = counted_contains(monkeypatch)
+    with open(os.path.join(ROOT, "examples", "tp_mlp.mlir")) as f:
+        mod = overlap_hlo.parse(f.read())
+    sites = overlap_hlo.rewrite_module(mod, threshold_mib=0)
+    assert sites and all(site.applied for site in sites)
+    assert "stablehlo.all_reduce" not in asked and "stablehlo.all_to_all" not in asked
+    assert "stablehlo.all_gather" in asked and "stablehlo.reduce_scatter" in asked
+
+
+def test_a_collective_a_pass_creates_is_seen_by_the_passes_after_it(monkeypatch):
+    """The all_reduce pass creates an all_gather (its ring's second half) in modules
+    that held none: the gather pass after it still looks for its root."""
+    asked = counted_contains(monkeypatch)
+    with open(os.path.join(ROOT, "lit_tests", "overlap-matmul-all-reduce.mlir")) as f:
+        texts = chunks(f.name)
+    checked = 0
+    for text in texts:
+        mod = parsed(text)
+        if mod is None or "stablehlo.all_gather" in str(mod):
+            continue
+        asked.clear()
+        sites = overlap_hlo.rewrite_module(mod, threshold_mib=0)
+        if any(site.applied for site in sites) and "stablehlo.all_gather" in str(mod):
+            assert "stablehlo.all_gather" in asked
+            checked += 1
+    assert checked
