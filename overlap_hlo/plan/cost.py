@@ -34,6 +34,7 @@ benchmarks/calibrate.py), the other profiles' are guesses.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -379,7 +380,24 @@ class SiteShape:
 
 def estimate(site: SiteShape, hw: Hardware) -> Estimate:
     """The two predicted times (module docstring); rounds, shifts in flight and loop
-    iterations come from the site's ring plan."""
+    iterations come from the site's ring plan. Computed once per site shape and
+    profile (the layers of a model repeat theirs)."""
+    return _estimate(site, site.priced_by, _Frozen(hw))
+
+
+@dataclass(frozen=True)
+class _Frozen:
+    """A profile as a cache key: by its fields (its dict of peaks as their items)."""
+
+    hw: Hardware
+
+    def __hash__(self) -> int:
+        return hash((self.hw.name, self.hw.link_gbps, tuple(sorted(self.hw.tflops.items()))))
+
+
+@functools.lru_cache(maxsize=1024)
+def _estimate(site: SiteShape, priced_by, frozen: _Frozen) -> Estimate:
+    hw = frozen.hw
     n, plan = site.group_size, site.plan
     t_c = hw.matmul_us(site.flops / n, site.element_type)
     t_m = hw.shift_us(site.block_bytes * site.link_load)

@@ -99,6 +99,20 @@ def test_estimate_by_hand():
             == pytest.approx(15 - 2 * 2))
 
 
+def test_an_estimate_is_computed_once_per_shape_and_profile():
+    """The layers of a model repeat their sites' shapes: their estimates are computed
+    once; a profile that differs in any figure (same name) is not taken for another."""
+    hw = cost.Hardware("toy", {"bf16": 1.0}, link_gbps=1.0, latency_us=0.0,
+                       step_overhead_us=1.0, loop_overhead_us=2.0)
+    shape = cost.SiteShape(4, 4e6, "bf16", 2000.0, RingPlan("gather", 4))
+    first = cost.estimate(shape, hw)
+    hits = cost._estimate.cache_info().hits
+    again = cost.estimate(dataclasses.replace(shape), dataclasses.replace(hw))
+    assert again == first and cost._estimate.cache_info().hits == hits + 1
+    slower = cost.estimate(shape, dataclasses.replace(hw, loop_overhead_us=20.0))
+    assert slower.after_us == pytest.approx(first.after_us + 2 * 18.0)
+
+
 def test_roofline_prices_the_weights_every_partial_dot_reads():
     """With a memory bandwidth, a dot takes its FLOPs' time or its bytes' time,
     whichever is longer: the ring's partial dots each read the weights whole."""
