@@ -2,11 +2,11 @@
 
 Generates exports of 1, 8, 32 and 128 sequence-parallel MLP layers (two sites a
 layer: one all_gather -> dot, one dot -> reduce_scatter), then for each measures
-(median of repeats, in one process):
+(median of repeats, in one process, each round running all four in turn):
   - `overlap-opt IN -o OUT --threshold-mib=0`, run in-process (file in, file out);
   - the same as a command (`python -m overlap_hlo.tools.overlap_opt`, start-up included);
   - a plain parse and print of the same module with the same bindings;
-  - XLA's CPU compile of the same (original) module (once: a repeat is cached).
+  - XLA's CPU compile of the same (original) module, lowered afresh each round.
 
 Targets (issue 38): at the most layers the in-process rewrite is at most 8% of XLA's
 compile, and the time they add to the command over one layer at most 10% of the time
@@ -58,13 +58,10 @@ def lowered_layers(layers: int, seq: int = 256, model: int = 128, hidden: int = 
     return fn.lower(*args)
 
 
-def median_seconds(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def measure(layers: int, repeats: int, folder: str) -> dict:
@@ -78,18 +75,21 @@ def measure(layers: int, repeats: int, folder: str) -> dict:
     assert overlap_opt(argv) == 0
     counts = overlap_hlo.statistics(overlap_hlo.remarks(text, threshold_mib=0))
     sites = sum(row["rewritten"] for row in counts.values())
-    return {
-        "layers": layers,
-        "sites": sites,
-        "rewrite_s": median_seconds(lambda: overlap_opt(argv), repeats),
-        "command_s": median_seconds(lambda: subprocess.run(
-            [sys.executable, "-m", "overlap_hlo.tools.overlap_opt", *argv], check=True,
-            stderr=subprocess.DEVNULL), repeats),
-        "parse_print_s": median_seconds(
-            lambda: overlap_hlo.serialize(overlap_hlo.parse(text)), repeats),
-        # Once: a repeat would hit JAX's in-process cache of compiled executables.
-        "compile_s": median_seconds(lambda: lowered.compile(), 1),
-    }
+    command = [sys.executable, "-m", "overlap_hlo.tools.overlap_opt", *argv]
+    runs: dict[str, list[float]] = {"rewrite_s": [], "command_s": [], "parse_print_s": [],
+                                    "compile_s": []}
+    # Interleaved, so that each round's figures share the machine's state; each compile
+    # of a fresh lowering (JAX caches the executable of one it compiled before).
+    for _ in range(repeats):
+        fresh = lowered_layers(layers)
+        runs["compile_s"].append(seconds(fresh.compile))
+        runs["rewrite_s"].append(seconds(lambda: overlap_opt(argv)))
+        runs["command_s"].append(seconds(lambda: subprocess.run(
+            command, check=True, stderr=subprocess.DEVNULL)))
+        runs["parse_print_s"].append(seconds(
+            lambda: overlap_hlo.serialize(overlap_hlo.parse(text))))
+    return {"layers": layers, "sites": sites,
+            **{name: statistics.median(times) for name, times in runs.items()}}
 
 
 def report(rows: list[dict]) -> str:
