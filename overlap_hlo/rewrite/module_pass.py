@@ -154,7 +154,6 @@ class ModulePass:
                 broken[failure[0]] = failure[1]
             restore(module_op, snapshot)
 
-
     def _log(self, records: list[Site], log: SiteLog) -> None:
         for site in records:
             log.add(site)
