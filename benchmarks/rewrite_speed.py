@@ -2,7 +2,7 @@
 
 Generates exports of 1, 8, 32 and 128 sequence-parallel MLP layers (two sites a
 layer: one all_gather -> dot, one dot -> reduce_scatter), then for each measures
-(median of repeats, in one process, each round running all four in turn):
+(median of repeats, in one process):
   - `overlap-opt IN -o OUT --threshold-mib=0`, run in-process (file in, file out);
   - the same as a command (`python -m overlap_hlo.tools.overlap_opt`, start-up included);
   - a plain parse and print of the same module with the same bindings;
@@ -78,16 +78,17 @@ def measure(layers: int, repeats: int, folder: str) -> dict:
     command = [sys.executable, "-m", "overlap_hlo.tools.overlap_opt", *argv]
     runs: dict[str, list[float]] = {"rewrite_s": [], "command_s": [], "parse_print_s": [],
                                     "compile_s": []}
-    # Interleaved, so that each round's figures share the machine's state; each compile
-    # of a fresh lowering (JAX caches the executable of one it compiled before).
-    for _ in range(repeats):
-        fresh = lowered_layers(layers)
-        runs["compile_s"].append(seconds(fresh.compile))
+    for _ in range(repeats):   # a round of each, so that they share the machine's state
         runs["rewrite_s"].append(seconds(lambda: overlap_opt(argv)))
         runs["command_s"].append(seconds(lambda: subprocess.run(
             command, check=True, stderr=subprocess.DEVNULL)))
         runs["parse_print_s"].append(seconds(
             lambda: overlap_hlo.serialize(overlap_hlo.parse(text))))
+    # Then as many XLA compiles, each of a fresh lowering (JAX caches the executable of
+    # one it compiled).
+    for _ in range(repeats):
+        fresh = lowered_layers(layers)
+        runs["compile_s"].append(seconds(fresh.compile))
     return {"layers": layers, "sites": sites,
             **{name: statistics.median(times) for name, times in runs.items()}}
 
