@@ -504,12 +504,25 @@ class _Walker:
             if name != lane and key != ("*",) and self.lane_free[name] > begin
             for pair in key)
         duration = self.transfer_us(instr, op, in_bytes, out_bytes, alongside)
+        self.send(instr, lane, begin, duration, op, in_bytes, computation, index)
+
+    def send(self, instr: Instruction, lane: str, begin: float, duration: float, op: str,
+             nbytes: int, computation: str, index: int) -> None:
+        """A transfer started by `instr` at `begin` on `lane`: in flight until its done."""
         end = begin + duration
         self.lane_free[lane] = end
         self.span(lane, begin, end, instr,
                   "permute" if op == "collective-permute" else "collective")
-        self.in_flight[instr.name] = _InFlight(computation, index, end, op, in_bytes, duration,
+        self.in_flight[instr.name] = _InFlight(computation, index, end, op, nbytes, duration,
                                                lane)
+
+    def wait_for(self, done: Instruction, flight: _InFlight, t: float) -> float:
+        """The time `done`, at `t`, waits for `flight` (a span, and exposed)."""
+        wait = max(0.0, flight.end - t)
+        if wait:
+            self.span("compute", t, flight.end, done, "wait")
+        self.result.exposed_us += wait
+        return wait
 
     def window(self, flight: _InFlight, computation: str, done_index: int) -> list[Instruction]:
         """The instructions scheduled between a start and its done (a done in a later
@@ -527,11 +540,8 @@ class _Walker:
         start = starts[0]
         flight = self.in_flight.pop(start.name)
         end, op, nbytes, duration = flight.end, flight.op, flight.nbytes, flight.duration
-        wait = max(0.0, end - t)
-        if wait:
-            self.span("compute", t, end, done, "wait")
+        wait = self.wait_for(done, flight, t)
         location = self.location(start)
-        self.result.exposed_us += wait
         if op == "collective-permute":
             between = ([] if start.name in self.permutes
                        else self.window(flight, computation, done_index))
@@ -565,13 +575,9 @@ class _Walker:
         in_bytes = sum(o.shape.nbytes for o in self.proto.operands(inner))
         out_bytes = inner.shape.nbytes
         lane = self.lane(("*",))
-        begin = max(t, self.lane_free[lane])
         duration = self.transfer_us(inner, inner.opcode, in_bytes, out_bytes)
-        self.lane_free[lane] = begin + duration
-        self.span(lane, begin, begin + duration, fusion, "collective")
-        self.in_flight[fusion.name] = _InFlight(computation, index, begin + duration,
-                                                inner.opcode, max(in_bytes, out_bytes),
-                                                duration, lane)
+        self.send(fusion, lane, max(t, self.lane_free[lane]), duration, inner.opcode,
+                  max(in_bytes, out_bytes), computation, index)
         self.async_reads[fusion.name] = fusion.name
 
     def finish_fused_transfer(self, done: Instruction, started: str, t: float) -> float:
@@ -579,10 +585,7 @@ class _Walker:
         collective is noted at the done's location (the start has none)."""
         flight = self.in_flight.pop(started)
         self.async_reads = {k: v for k, v in self.async_reads.items() if v != started}
-        wait = max(0.0, flight.end - t)
-        if wait:
-            self.span("compute", t, flight.end, done, "wait")
-        self.result.exposed_us += wait
+        wait = self.wait_for(done, flight, t)
         self.note_collective(done, flight.op, flight.nbytes, flight.duration, wait)
         return self.compute(done, max(t, flight.end))
 

@@ -77,10 +77,8 @@ def test_a_collective_a_pass_creates_is_seen_by_the_passes_after_it(monkeypatch)
     """The all_reduce pass creates an all_gather (its ring's second half) in modules
     that held none: the gather pass after it still looks for its root."""
     asked = counted_contains(monkeypatch)
-    with open(os.path.join(ROOT, "lit_tests", "overlap-matmul-all-reduce.mlir")) as f:
-        texts = chunks(f.name)
     checked = 0
-    for text in texts:
+    for text in chunks(os.path.join(ROOT, "lit_tests", "overlap-matmul-all-reduce.mlir")):
         mod = parsed(text)
         if mod is None or "stablehlo.all_gather" in str(mod):
             continue
