@@ -27,9 +27,10 @@ UTF8_BOM = b"\xef\xbb\xbf"
 # MLIR's parser recurses once per level and overflows the stack at a few thousand
 # (about 3500 nested modules with an 8 MiB stack, 300 with 1 MiB).
 MAX_NESTING = 256
-# Reasons a user chose (a size threshold, the cost model): not worth a warning.
-EXPECTED_KINDS = frozenset({Kind.BELOW_THRESHOLD, Kind.NOT_PROFITABLE, Kind.ZERO_SIZE,
-                            Kind.NAMED_KEPT})
+# Sites found not worth rewriting (by the cost model or the compiled schedule).
+PROFIT_KINDS = frozenset({Kind.NOT_PROFITABLE, Kind.KEPT})
+# Reasons a user chose (a size threshold, profit): not worth a warning.
+EXPECTED_KINDS = PROFIT_KINDS | {Kind.BELOW_THRESHOLD, Kind.ZERO_SIZE, Kind.NAMED_KEPT}
 # Every rewriting entry point logs its rewrite_summary() here, at INFO.
 logger = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ def unchanged_summary(sites: list[Site], see: str) -> str | None:
 
     When nothing was rewritten, sites below the size threshold count too: every
     collective beside a dot is still there, and the run says so."""
-    quiet = EXPECTED_KINDS if any(site.applied for site in sites) else {Kind.NOT_PROFITABLE}
+    quiet = EXPECTED_KINDS if any(site.applied for site in sites) else PROFIT_KINDS
     left = [site for site in sites if not site.applied and site.kind not in quiet]
     if not left:
         return None
@@ -488,11 +489,19 @@ class Overlapped:
         return self._lower(args, kwargs, stacklevel=2)
 
     def _lower(self, args, kwargs, stacklevel: int):
-        lowered = _rewrite_lowered(self.jitted.lower(*args, **kwargs), self.pipeline,
-                                   self.options, stacklevel + 1,
-                                   getattr(self.jitted, "__name__", None))
+        lowered = self._rewrite(self.jitted.lower(*args, **kwargs), stacklevel + 1)
         self.sites = lowered.sites
         return lowered
+
+    @property
+    def name(self) -> str | None:
+        """The function's name, as the logged summaries say it."""
+        return getattr(self.jitted, "__name__", None)
+
+    def _rewrite(self, lowered, stacklevel: int):
+        """`lowered` rewritten, its `Site` records as `.sites`."""
+        return _rewrite_lowered(lowered, self.pipeline, self.options, stacklevel + 1,
+                                self.name)
 
     def __call__(self, *args, **kwargs):
         _refuse_tracers(args, kwargs)

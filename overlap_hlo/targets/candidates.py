@@ -93,6 +93,8 @@ class _Candidate:
     module: ir.Module
     sites: list
     analysis: Analysis
+    # The options and pipeline that rewrote `module` (None: the original, not rewritten).
+    built_with: tuple[dict, str] | None = None
 
 
 @dataclass(frozen=True)

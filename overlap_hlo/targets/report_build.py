@@ -70,14 +70,14 @@ def build_variants(source, topology: str | tpu.Topology | gpu.Target, variants: 
 
     def rewritten(options: dict, text: str = pipeline) -> _Candidate:
         # The sites' estimates are on the slice's profile also when a threshold decides.
-        module, sites = aot.rewrite(
-            original_compiled.module, text, input_name=input_name,
-            **dict(options, hardware=options.get("hardware") or topo.hardware))
+        options = dict(options, hardware=options.get("hardware") or topo.hardware)
+        module, sites = aot.rewrite(original_compiled.module, text, input_name=input_name,
+                                    **options)
         key = api.serialize(module, bytecode=True)
         if key not in analyses:
             analyses[key] = analyze_compiled(kind.compile_rewritten(module), timing,
                                              timeline, trip_counts)
-        return _Candidate(module, sites, analyses[key])
+        return _Candidate(module, sites, analyses[key], (options, text))
 
     reports = {}
     for name, options in variants.items():
@@ -94,5 +94,6 @@ def build_variants(source, topology: str | tpu.Topology | gpu.Target, variants: 
                                options, rows, original, result.analysis,
                                original.temp_bytes, result.analysis.temp_bytes,
                                result.module, chosen, candidates, kind.platform, kind.times,
-                               getattr(topo, "requested", ""))
+                               getattr(topo, "requested", ""), result.sites,
+                               result.built_with)
     return reports

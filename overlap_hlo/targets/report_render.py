@@ -31,6 +31,9 @@ class Report:
     platform: str = "TPU"
     times: str = ""     # where compute times come from (default: the compiler's cycles)
     requested: str = ""   # the accelerator type the slice was named by ("v5e-8"), if any
+    records: list = field(default_factory=list)   # the kept module's `Site` records
+    # The options and pipeline that rewrote the kept module (None: the original kept).
+    built_with: tuple[dict, str] | None = None
 
     @property
     def where(self) -> str:

@@ -128,6 +128,10 @@ def test_unchanged_summary_counts_by_reason():
     # Nothing rewritten: the sites below the threshold are all still there, and said so.
     assert overlap_hlo.unchanged_summary(sites[3:4] + sites[5:], see="x") == (
         "1 of 2 candidate sites left unchanged (1 below threshold-mib); see x")
+    # Found slower in the compiled schedule (targets.decided) is a decision on profit.
+    kept = site(str(Kind.KEPT))
+    assert kept.kind is Kind.KEPT
+    assert overlap_hlo.unchanged_summary([kept, sites[5]], see="x") is None
 
 
 def test_rewrite_warns_about_sites_left_unchanged():

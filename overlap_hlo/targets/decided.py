@@ -1,0 +1,56 @@
+"""overlap() with each site decided by the compiled whole program for a named target.
+
+    step = overlap_hlo.targets.decided.overlap(jax.jit(train_step), "v5p:2x2x2")
+    state, loss = step(state, batch)      # step.report: what the compiled schedule chose
+
+`overlap_hlo.overlap` decides each site by the analytic cost model, one site at a time.
+This one compiles each new signature's lowering for the target, the original and the
+report's candidates (`report.build`: the cost model's choice, each form, each pass's
+fastest, the slower sites kept), and rewrites the lowering with the options and pipeline
+of the module whose schedule is fastest, or leaves it as it is when none beats the
+original. A scan body's sites are one site each, so a layer pattern is decided once.
+"""
+from __future__ import annotations
+
+from overlap_hlo import api
+from overlap_hlo.ir.unsupported import Kind
+from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE
+from overlap_hlo.targets import gpu, report, tpu
+
+
+class Decided(api.Overlapped):
+    """An `api.Overlapped` deciding by the compiled program for `target` (a TPU slice,
+    "v5e:2x4", or a `gpu.Target`). The lowering runs where JAX put it: a decision made
+    for a TPU slice may run on host CPU devices, in the forms that backend runs.
+    `.report` is the last lowering's `report.Report`; `.sites` its sites' records."""
+
+    def __init__(self, jitted, target: str | tpu.Topology | gpu.Target,
+                 pipeline: str | None = DEFAULT_PIPELINE, **options):
+        super().__init__(jitted, pipeline, **options)
+        self.target = target
+        self.report: report.Report | None = None
+
+    def _rewrite(self, lowered, stacklevel: int):
+        rep = self.report = report.build(lowered, self.target, self.pipeline, **self.options)
+        if rep.built_with is None:          # the original kept
+            api._report(rep.records, stacklevel + 1, lowered.compiler_ir("stablehlo"),
+                        self.name)
+            return api._carrying_sites(lowered, rep.records)
+        options, pipeline = rep.built_with
+        # The lowering's own backend decides the forms (report.build compiled the target's).
+        options = {key: value for key, value in options.items() if key != "target"}
+        rewritten = api._rewrite_lowered(lowered, pipeline, options, stacklevel + 1, self.name)
+        return api._carrying_sites(rewritten, _with_reasons(rewritten.sites, rep.records))
+
+
+def _with_reasons(sites: list, decided: list) -> list:
+    """`sites`, each one the compiled schedule kept unchanged as its record says why."""
+    kept = {site.location: site for site in decided if site.kind is Kind.KEPT}
+    return [kept.get(site.location, site) if not site.applied else site for site in sites]
+
+
+def overlap(fn, target: str | tpu.Topology | gpu.Target,
+            pipeline: str | None = DEFAULT_PIPELINE, **options) -> Decided:
+    """`fn` (a function or a `jax.jit` of one) with its collectives decomposed where the
+    compiled program for `target` is faster (options as for `overlap_hlo.overlap`)."""
+    return Decided(fn, target, pipeline, **options)

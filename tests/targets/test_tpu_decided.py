@@ -1,0 +1,58 @@
+"""overlap() deciding by the compiled program for a TPU slice (targets.decided): the
+decision is the report's, the executable runs on host CPU devices and computes what the
+original does. Ratios and structure only; no timings."""
+import warnings
+
+import pytest
+
+from harness import assert_close, permutes, require_libtpu  # noqa: E402
+
+require_libtpu()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+from test_tpu import B, D, F, SPECS, S, mlp  # noqa: E402
+
+from overlap_hlo.ir.unsupported import Kind  # noqa: E402
+from overlap_hlo.targets import decided, report, tpu  # noqa: E402
+
+
+def cpu_step(devices: int):
+    mesh = Mesh(np.array(jax.devices("cpu")[:devices]), ("x",))
+    return jax.jit(jax.shard_map(mlp, mesh=mesh, in_specs=SPECS, out_specs=P(None, "x")))
+
+
+def inputs(seed: int = 0) -> list:
+    keys = jax.random.split(jax.random.key(seed), 4)
+    shapes = [(B, S, D), (D, F), (D, F), (F, D)]
+    return [jax.random.normal(key, shape, jnp.bfloat16) / np.sqrt(shape[-2] if i else 1)
+            for i, (key, shape) in enumerate(zip(keys, shapes))]
+
+
+@pytest.mark.parametrize("topology", ["v4:2x2x1", "v5e:2x4"])
+def test_the_compiled_schedule_decides_and_the_result_is_the_originals(topology):
+    """On v4:2x2x1 a rewrite pays at these dims and the executable holds its rings; on
+    v5e:2x4 none does and the original runs, its sites saying why, without a
+    warning. Either way the numbers are the plain jax.jit's."""
+    plain = cpu_step(tpu.topology(topology).device_count)
+    step = decided.overlap(plain, topology)
+    args = inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = step(*args)
+    assert_close(got, plain(*args), [jnp.bfloat16])
+    rep = step.report
+    assert rep is not None and step.sites
+    applied = {site.location for site in step.sites if site.applied}
+    assert applied == {row.location for row in rep.sites if row.applied}
+    module = step.lower(*args).compiler_ir("stablehlo")
+    if topology == "v4:2x2x1":
+        assert rep.chosen != report.ORIGINAL and rep.rewritten_us < rep.original_us
+        assert applied and permutes(module)
+    else:
+        assert rep.chosen == report.ORIGINAL and rep.built_with is None
+        assert not applied and not permutes(module)
+        assert {site.kind for site in step.sites} <= {Kind.KEPT, Kind.NOT_PROFITABLE}
