@@ -278,3 +278,27 @@ def test_rewrite_lowered_compiles_gpu_rings_with_their_flags(options):
     plain = lowered_scatter(H100)   # a module without rings gets no options
     kept = overlap_hlo.rewrite_lowered(plain, threshold_mib=1e6)   # nothing rewritten
     assert not kept._lowering._compiler_options_kvs
+
+
+def test_overlap_decided_for_a_gpu_target_runs_on_cpu_devices():
+    """targets.decided.overlap with a GPU target: the report compiled for H100 decides,
+    the lowering for host CPU devices runs the decision and computes the original's."""
+    from harness import assert_close, permutes
+
+    from overlap_hlo.targets import decided
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:H100.device_count]), ("x",))
+    plain = jax.jit(jax.shard_map(gathered_dot, mesh=mesh, in_specs=(P("x", None),
+                                  P(None, "x")), out_specs=P(None, "x")))
+    step = decided.overlap(plain, H100)
+    ka, kb = jax.random.split(jax.random.key(1))
+    a = jax.random.normal(ka, (M * H100.device_count, K), jnp.bfloat16)
+    b = jax.random.normal(kb, (K, N * H100.device_count), jnp.bfloat16) / np.sqrt(K)
+    assert_close(step(a, b), plain(a, b), [jnp.bfloat16])
+    rep = step.report
+    assert rep.platform == "GPU" and [site.pattern for site in step.sites] == [
+        row.pattern for row in rep.sites]
+    applied = [site.applied for site in step.sites]
+    assert applied == [row.applied for row in rep.sites]
+    assert bool(permutes(step.lower(a, b).compiler_ir("stablehlo"))) == any(applied)
+    assert (rep.built_with is None) == (rep.chosen == report.ORIGINAL)
