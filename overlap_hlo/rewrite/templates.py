@@ -48,7 +48,7 @@ def signature(value) -> object:
     if kind in _PLAIN:
         return value
     if kind is list or kind is tuple:
-        return tuple(signature(v) for v in value)
+        return tuple([signature(v) for v in value])
     if isinstance(value, ir.Value):
         owner = value.owner
         producer = (op_signature(as_op(owner)) if isinstance(owner, (ir.Operation, ir.OpView))
@@ -60,10 +60,18 @@ def signature(value) -> object:
         return value
     if kind is dict:
         return tuple(sorted((repr(k), signature(v)) for k, v in value.items()))
-    if dataclasses.is_dataclass(value):
-        return (kind.__name__,) + tuple(
-            signature(getattr(value, f.name)) for f in dataclasses.fields(value))
-    raise TypeError(f"no signature for a {kind.__name__}")
+    names = _field_names(kind)
+    if names is None:
+        raise TypeError(f"no signature for a {kind.__name__}")
+    return (kind.__name__,) + tuple([signature(getattr(value, name)) for name in names])
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(kind: type) -> tuple[str, ...] | None:
+    """The fields of dataclass `kind`, None for any other type."""
+    if not dataclasses.is_dataclass(kind):
+        return None
+    return tuple(f.name for f in dataclasses.fields(kind))
 
 
 # Compared by value as they are: hashable, no IR inside.
