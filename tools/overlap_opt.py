@@ -424,9 +424,9 @@ class Driver:
                 return None
         # With --verify-each=false the module may be invalid: let the printer check it
         # and fall back to the generic form instead of crashing.
-        text = module.operation.get_asm(enable_debug_info=self.args.mlir_print_debuginfo,
+        return module.operation.get_asm(binary=True,   # UTF-8 bytes, no str between
+                                        enable_debug_info=self.args.mlir_print_debuginfo,
                                         assume_verified=self.args.verify_each is not False)
-        return text.encode("utf-8")
 
     # Diagnostics.
 
