@@ -12,6 +12,8 @@ original. A scan body's sites are one site each, so a layer pattern is decided o
 """
 from __future__ import annotations
 
+import hashlib
+
 from overlap_hlo import api
 from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE
@@ -29,18 +31,32 @@ class Decided(api.Overlapped):
         super().__init__(jitted, pipeline, **options)
         self.target = target
         self.report: report.Report | None = None
+        self._reports: dict[bytes, report.Report] = {}   # by module digest, oldest first
 
     def _rewrite(self, lowered, stacklevel: int):
-        rep = self.report = report.build(lowered, self.target, self.pipeline, **self.options)
+        rep = self.report = self._decide(lowered)
         if rep.built_with is None:          # the original kept
             api._report(rep.records, stacklevel + 1, lowered.compiler_ir("stablehlo"),
                         self.name)
             return api._carrying_sites(lowered, rep.records)
         options, pipeline = rep.built_with
-        # The lowering's own backend decides the forms (report.build compiled the target's).
-        options = {key: value for key, value in options.items() if key != "target"}
+        if "target" not in self.options:   # the forms of the backend the lowering runs on
+            options = {key: value for key, value in options.items() if key != "target"}
         rewritten = api._rewrite_lowered(lowered, pipeline, options, stacklevel + 1, self.name)
         return api._carrying_sites(rewritten, _with_reasons(rewritten.sites, rep.records))
+
+    def _decide(self, lowered) -> report.Report:
+        """The report on `lowered`'s module: built once per module (the same module
+        lowered again, `lower()` after a call, compiles nothing for the target)."""
+        key = hashlib.sha256(api.serialize(lowered.compiler_ir("stablehlo"),
+                                           bytecode=True)).digest()
+        rep = self._reports.pop(key, None)
+        if rep is None:
+            rep = report.build(lowered, self.target, self.pipeline, **self.options)
+        self._reports[key] = rep   # the most recent last
+        if len(self._reports) > api.MAX_EXECUTABLES:
+            self._reports.pop(next(iter(self._reports)))
+        return rep
 
 
 def _with_reasons(sites: list, decided: list) -> list:

@@ -39,11 +39,14 @@ CASES = {"pays": ("v4:2x2x1", (B, S, D, F)), "slower": ("v5p:2x2x2", (1, 256, 12
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_the_compiled_schedule_decides_and_the_result_is_the_originals(case):
+def test_the_compiled_schedule_decides_and_the_result_is_the_originals(case, monkeypatch):
     """Where a rewrite pays, the executable holds its rings; where none does, the
     original runs, its sites saying why, without a warning. Either way the numbers are
-    the plain jax.jit's."""
+    the plain jax.jit's, and the module is compiled for the slice once."""
     topology, dims = CASES[case]
+    built = []
+    monkeypatch.setattr(report, "build", lambda *a, _build=report.build, **k: built.append(
+        a[1]) or _build(*a, **k))
     plain = cpu_step(tpu.topology(topology).device_count)
     step = decided.overlap(plain, topology)
     args = inputs(dims)
@@ -55,7 +58,8 @@ def test_the_compiled_schedule_decides_and_the_result_is_the_originals(case):
     assert rep is not None and step.sites
     applied = {site.location for site in step.sites if site.applied}
     assert applied == {row.location for row in rep.sites if row.applied}
-    module = step.lower(*args).compiler_ir("stablehlo")
+    module = step.lower(*args).compiler_ir("stablehlo")   # the same module again
+    assert built == [topology]
     if case == "pays":
         assert rep.chosen != report.ORIGINAL and rep.rewritten_us < rep.original_us
         assert applied and permutes(module)
