@@ -74,6 +74,7 @@ class OverlapAllGatherMatmul(GatherRingOptions, RewritePass):
     name = "overlap-all-gather-matmul"
     root = stablehlo.AllGatherOp
     creates = frozenset({"stablehlo.all_gather"})   # a loop's carried shard, gathered
+    keeps_normal_form = True   # rings of dot_generals: no dot, call or branch built
     composite_note = "; the dot reads an all_gather whose ring runs inside"
     summing_ring_refusal = (
         "a ring that sums over the gathered (contracting) dim reads and writes its whole "

@@ -52,6 +52,7 @@ class OverlapMatmulReduceScatter(RewritePass):
 
     name = "overlap-matmul-reduce-scatter"
     root = stablehlo.ReduceScatterOp
+    keeps_normal_form = True   # rings of dot_generals and adds: no dot, call or branch built
     summary = "dot_general feeding reduce_scatter(add) -> loop of partial dots + permutes"
 
     def dots_beside(self, op) -> list[ir.Operation]:

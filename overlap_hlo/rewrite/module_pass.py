@@ -42,6 +42,9 @@ class ModulePass:
     # Collectives its rewrites may create (SiteLog.may_hold: a later pass whose root is
     # none of the module's collectives is skipped without a walk).
     creates: ClassVar[frozenset[str]] = frozenset()
+    # Its rewrites leave a normalized module normalized (they build only what
+    # `normalize` leaves as it is): a later pass does not normalize it again.
+    keeps_normal_form: ClassVar[bool] = False
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -158,7 +161,7 @@ class ModulePass:
         for site in records:
             log.add(site)
         if any(site.applied for site in records):
-            log.changed(self.creates)
+            log.changed(self.creates, self.keeps_normal_form)
 
 
 def _convert(f: dataclasses.Field, kind: type, text: str, pass_name: str):

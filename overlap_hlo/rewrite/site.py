@@ -106,10 +106,11 @@ class SiteLog:
     def add(self, site: Site) -> None:
         self.sites.append(site)
 
-    def changed(self, created: frozenset[str] | None) -> None:
+    def changed(self, created: frozenset[str] | None, normal: bool = False) -> None:
         """A pass rewrote the module, creating collectives named `created` (None: a
-        pass not of ours, which may have created anything)."""
-        self.normalized = False
+        pass not of ours, which may have created anything), leaving it `normal`
+        when it was (`ModulePass.keeps_normal_form`)."""
+        self.normalized = self.normalized and normal
         self.collectives = (None if created is None or self.collectives is None
                             else self.collectives | created)
 

@@ -1,12 +1,15 @@
 """Each pass declares the collectives its rewrites create (`ModulePass.creates`): a later
 pass whose root is none of the module's collectives is skipped without a walk
-(`SiteLog.may_hold`), so an undeclared creation would leave sites unseen."""
+(`SiteLog.may_hold`), so an undeclared creation would leave sites unseen. A pass that
+declares `keeps_normal_form` leaves a normalized module as `normalize` would: the
+passes after it do not normalize again."""
 import glob
 import os
 
 import pytest
 
 import overlap_hlo
+from overlap_hlo.ir.normalize import normalize
 from overlap_hlo.ir.ops import COLLECTIVES, names_in
 from overlap_hlo.rewrite import module_pass
 from overlap_hlo.rewrite.pipeline import registered_passes
@@ -59,6 +62,27 @@ def test_a_pass_creates_only_the_collectives_it_declares(path):
                 assert new <= cls.creates, (name, new)
                 checked += 1
     assert checked or not chunks(path)
+
+
+def test_a_pass_that_keeps_the_normal_form_leaves_nothing_to_normalize():
+    """Over every lit input and example: after the pass, `normalize` changes nothing."""
+    passes = [name for name, cls in registered_passes().items() if cls.keeps_normal_form]
+    assert passes   # the gather and scatter passes declare it
+    rewritten = 0
+    for path in INPUTS:
+        for text in chunks(path):
+            for name in passes:
+                for options in OPTIONS:
+                    mod = parsed(text)
+                    if mod is None:
+                        continue
+                    sites = overlap_hlo.rewrite_module(mod, f"builtin.module({name})",
+                                                       **options)
+                    rewritten += sum(site.applied for site in sites)
+                    after = overlap_hlo.serialize(mod)
+                    normalize(mod.operation)
+                    assert overlap_hlo.serialize(mod) == after, (path, name, options)
+    assert rewritten > 100   # the rings are there to look at
 
 
 def test_a_pass_with_no_root_in_the_module_is_skipped_without_a_walk(monkeypatch):
