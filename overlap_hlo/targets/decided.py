@@ -3,6 +3,7 @@
     step = overlap_hlo.targets.decided.overlap(jax.jit(train_step), "v5p:2x2x2")
     state, loss = step(state, batch)      # step.report: what the compiled schedule chose
 
+The target is a TPU slice ("v5p:2x2x2") or a GPU target ("h100:8", a `gpu.Target`).
 `overlap_hlo.overlap` decides each site by the analytic cost model, one site at a time.
 This one compiles each new signature's lowering for the target, the original and the
 report's candidates (`report.build`: the cost model's choice, each form, each pass's
@@ -21,15 +22,15 @@ from overlap_hlo.targets import gpu, report, tpu
 
 
 class Decided(api.Overlapped):
-    """An `api.Overlapped` deciding by the compiled program for `target` (a TPU slice,
-    "v5e:2x4", or a `gpu.Target`). The lowering runs where JAX put it: a decision made
-    for a TPU slice may run on host CPU devices, in the forms that backend runs.
-    `.report` is the last lowering's `report.Report`; `.sites` its sites' records."""
+    """An `api.Overlapped` deciding by the compiled program for `target`. The lowering
+    runs where JAX put it: a decision made for a TPU slice may run on host CPU devices,
+    in the forms that backend runs. `.report` is the last lowering's `report.Report`;
+    `.sites` its sites' records."""
 
     def __init__(self, jitted, target: str | tpu.Topology | gpu.Target,
                  pipeline: str | None = DEFAULT_PIPELINE, **options):
         super().__init__(jitted, pipeline, **options)
-        self.target = target
+        self.target = _named(target)
         self.report: report.Report | None = None
         self._reports: dict[bytes, report.Report] = {}   # by module digest, oldest first
 
@@ -42,7 +43,8 @@ class Decided(api.Overlapped):
         options, pipeline = rep.built_with
         if "target" not in self.options:   # the forms of the backend the lowering runs on
             options = {key: value for key, value in options.items() if key != "target"}
-        rewritten = api._rewrite_lowered(lowered, pipeline, options, stacklevel + 1, self.name)
+        rewritten = api._rewrite_lowered(lowered, pipeline, options, stacklevel + 1,
+                                         self.name)
         return api._carrying_sites(rewritten, _with_reasons(rewritten.sites, rep.records))
 
     def _decide(self, lowered) -> report.Report:
@@ -57,6 +59,17 @@ class Decided(api.Overlapped):
         if len(self._reports) > api.MAX_EXECUTABLES:
             self._reports.pop(next(iter(self._reports)))
         return rep
+
+
+def _named(target):
+    """A GPU target for a GPU name ("h100:8"); a TPU slice's name or an object as given."""
+    if isinstance(target, str):
+        try:
+            gpu.parse(target)
+        except gpu.UnknownTarget:
+            return target   # a TPU slice, checked when it is compiled for
+        return gpu.target(target)
+    return target
 
 
 def _with_reasons(sites: list, decided: list) -> list:

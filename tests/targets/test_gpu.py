@@ -290,7 +290,7 @@ def test_overlap_decided_for_a_gpu_target_runs_on_cpu_devices():
     mesh = Mesh(np.array(jax.devices("cpu")[:H100.device_count]), ("x",))
     plain = jax.jit(jax.shard_map(gathered_dot, mesh=mesh, in_specs=(P("x", None),
                                   P(None, "x")), out_specs=P(None, "x")))
-    step = decided.overlap(plain, H100)
+    step = decided.overlap(plain, "h100:8")   # a GPU target by name
     ka, kb = jax.random.split(jax.random.key(1))
     a = jax.random.normal(ka, (M * H100.device_count, K), jnp.bfloat16)
     b = jax.random.normal(kb, (K, N * H100.device_count), jnp.bfloat16) / np.sqrt(K)
