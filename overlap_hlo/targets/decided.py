@@ -22,15 +22,15 @@ from overlap_hlo.targets import gpu, report, tpu
 
 
 class Decided(api.Overlapped):
-    """An `api.Overlapped` deciding by the compiled program for `target`. The lowering
+    """An `api.Overlapped` deciding by the compiled program for `decide_for`. The lowering
     runs where JAX put it: a decision made for a TPU slice may run on host CPU devices,
     in the forms that backend runs. `.report` is the last lowering's `report.Report`;
     `.sites` its sites' records."""
 
-    def __init__(self, jitted, target: str | tpu.Topology | gpu.Target,
+    def __init__(self, jitted, decide_for: str | tpu.Topology | gpu.Target,
                  pipeline: str | None = DEFAULT_PIPELINE, **options):
         super().__init__(jitted, pipeline, **options)
-        self.target = _named(target)
+        self.decide_for = _named(decide_for)
         self.report: report.Report | None = None
         self._reports: dict[bytes, report.Report] = {}   # by module digest, oldest first
 
@@ -54,22 +54,22 @@ class Decided(api.Overlapped):
                                            bytecode=True)).digest()
         rep = self._reports.pop(key, None)
         if rep is None:
-            rep = report.build(lowered, self.target, self.pipeline, **self.options)
+            rep = report.build(lowered, self.decide_for, self.pipeline, **self.options)
         self._reports[key] = rep   # the most recent last
         if len(self._reports) > api.MAX_EXECUTABLES:
             self._reports.pop(next(iter(self._reports)))
         return rep
 
 
-def _named(target):
+def _named(decide_for):
     """A GPU target for a GPU name ("h100:8"); a TPU slice's name or an object as given."""
-    if isinstance(target, str):
+    if isinstance(decide_for, str):
         try:
-            gpu.parse(target)
+            gpu.parse(decide_for)
         except gpu.UnknownTarget:
-            return target   # a TPU slice, checked when it is compiled for
-        return gpu.target(target)
-    return target
+            return decide_for   # a TPU slice, checked when it is compiled for
+        return gpu.target(decide_for)
+    return decide_for
 
 
 def _with_reasons(sites: list, decided: list) -> list:
@@ -78,8 +78,9 @@ def _with_reasons(sites: list, decided: list) -> list:
     return [kept.get(site.location, site) if not site.applied else site for site in sites]
 
 
-def overlap(fn, target: str | tpu.Topology | gpu.Target,
+def overlap(fn, decide_for: str | tpu.Topology | gpu.Target,
             pipeline: str | None = DEFAULT_PIPELINE, **options) -> Decided:
     """`fn` (a function or a `jax.jit` of one) with its collectives decomposed where the
-    compiled program for `target` is faster (options as for `overlap_hlo.overlap`)."""
-    return Decided(fn, target, pipeline, **options)
+    compiled program for `decide_for` is faster (options as for `overlap_hlo.overlap`;
+    `target`, the forms built, defaults to the backend the lowering runs on)."""
+    return Decided(fn, decide_for, pipeline, **options)

@@ -67,3 +67,12 @@ def test_the_compiled_schedule_decides_and_the_result_is_the_originals(case, mon
         assert rep.chosen == report.ORIGINAL and rep.built_with is None
         assert not applied and not permutes(module)
         assert {site.kind for site in step.sites} <= {Kind.KEPT, Kind.NOT_PROFITABLE}
+
+
+def test_the_pass_option_target_is_not_the_slice_decided_for():
+    """`target` (the forms built) is a pass option like any other; the slice decided
+    for is named apart, and an unknown option is refused before anything compiles."""
+    step = decided.overlap(cpu_step(8), "v4:2x2x1", target="cpu", bidirectional=None)
+    assert step.decide_for == "v4:2x2x1" and step.options["target"] == "cpu"
+    with pytest.raises(TypeError, match="no_such_option"):
+        decided.overlap(cpu_step(8), "v4:2x2x1", no_such_option=1)
