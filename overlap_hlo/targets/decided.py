@@ -14,6 +14,7 @@ original. A scan body's sites are one site each, so a layer pattern is decided o
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 
 from overlap_hlo import api
 from overlap_hlo.ir.unsupported import Kind
@@ -32,7 +33,7 @@ class Decided(api.Overlapped):
         super().__init__(jitted, pipeline, **options)
         self.decide_for = _named(decide_for)
         self.report: report.Report | None = None
-        self._reports: dict[bytes, report.Report] = {}   # by module digest, oldest first
+        self._reports: OrderedDict[bytes, report.Report] = OrderedDict()   # by digest, LRU
 
     def _rewrite(self, lowered, stacklevel: int):
         rep = self.report = self._decide(lowered)
@@ -50,14 +51,16 @@ class Decided(api.Overlapped):
     def _decide(self, lowered) -> report.Report:
         """The report on `lowered`'s module: built once per module (the same module
         lowered again, `lower()` after a call, compiles nothing for the target)."""
-        key = hashlib.sha256(api.serialize(lowered.compiler_ir("stablehlo"),
-                                           bytecode=True)).digest()
-        rep = self._reports.pop(key, None)
-        if rep is None:
-            rep = report.build(lowered, self.decide_for, self.pipeline, **self.options)
-        self._reports[key] = rep   # the most recent last
-        if len(self._reports) > api.MAX_EXECUTABLES:
-            self._reports.pop(next(iter(self._reports)))
+        module = api.serialize(lowered.compiler_ir("stablehlo"), bytecode=True)
+        key = hashlib.sha256(module).digest()
+        rep = self._reports.get(key)
+        if rep is None:   # compiled from the bytecode already written for the key
+            rep = self._reports[key] = report.build(module, self.decide_for, self.pipeline,
+                                                    **self.options)
+            if len(self._reports) > api.MAX_EXECUTABLES:
+                self._reports.popitem(last=False)
+        else:
+            self._reports.move_to_end(key)
         return rep
 
 
