@@ -159,12 +159,14 @@ class OverlapAllGatherMatmul(GatherRingOptions, RewritePass):
         dots = _distinct_dots(uses)
         if len(gather.operands) != 1 or not dots:
             return []
+        first = self.scatters_fed(gather, dots, values)
+        if all(owner is None for owner, _ in first):
+            return []
         try:
             ring_of(gather, dim, scan)
         except (Unsupported, NoMatch):
             return []
-        first = self.scatters_fed(gather, dots, values)
-        return first if any(owner is not None for owner, _ in first) else []
+        return first
 
     def match(self, op, scan, settled=None):
         gather = op.operation

@@ -3,6 +3,7 @@ a ring's plan in the form the pass's options give (`options_plan`), and a shift 
 the ring (`shift`)."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from jaxlib.mlir import ir
@@ -36,8 +37,16 @@ def options_plan(kind: str, n: int, options: RewritePass, bidirectional: bool | 
     ring's own fields of RingPlan."""
     if bidirectional is None:
         bidirectional = bool(options.bidirectional)
-    return RingPlan(kind, n, bidirectional, single_trip_loop=options.single_trip_loop,
-                    views_in_loop=options.views_in_loop, **schedule)
+    return _plan(kind, n, bidirectional, options.single_trip_loop, options.views_in_loop,
+                 tuple(sorted(schedule.items())))
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(kind: str, n: int, bidirectional: bool, single_trip_loop: bool,
+          views_in_loop: bool, schedule: tuple) -> RingPlan:
+    """A RingPlan, made once per distinct set of fields (its schedule is computed)."""
+    return RingPlan(kind, n, bidirectional, single_trip_loop=single_trip_loop,
+                    views_in_loop=views_in_loop, **dict(schedule))
 
 
 def shift(value: ir.Value, ring: Ring, sign: int, channels: Callable[[], int]) -> ir.Value:

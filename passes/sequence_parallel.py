@@ -64,15 +64,10 @@ class OverlapSequenceParallel(ModulePass):
               careful: bool, log: SiteLog) -> tuple[int, str] | None:
         """Plan every block (no IR touched), then build the kept components, numbered
         in order as the driver's sites."""
-        scan = ModuleScan(module_op, "", log.input_name)
+        scan = ModuleScan(module_op, self.root.OPERATION_NAME, log.input_name)
         blocks: dict[int, ir.Block] = {}
-
-        def visit(op):
-            if op.name == self.root.OPERATION_NAME:
-                blocks.setdefault(hash(op.block), op.block)
-            return ir.WalkResult.ADVANCE
-
-        module_op.walk(visit)
+        for op in scan.roots:
+            blocks.setdefault(hash(op.block), op.block)
         notes: list = []   # (location, applied, facts), in the order they are found
         try:
             halves = {site.where for site in log.sites

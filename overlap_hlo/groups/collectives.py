@@ -140,47 +140,71 @@ class Ring:
     def from_collective(cls, op: ir.Operation, scan) -> Ring:
         """The ring of `op`'s groups; `scan` is the pass run's ModuleScan."""
         attrs = op.attributes
-        num_partitions, num_replicas = _module_sizes(op)
-        has_channel = "channel_handle" in attrs and _channel(attrs["channel_handle"]) > 0
-        # all_to_all has no use_global_device_ids: with a channel its groups hold
-        # partition ids (StableHLO: cross_partition), as global ids do here.
-        global_ids = ("use_global_device_ids" in attrs
-                      or (op.name == "stablehlo.all_to_all" and has_channel))
-        flattened, num_devices = has_channel and global_ids, num_partitions * num_replicas
-        groups = scan.memo(("groups", attrs["replica_groups"], flattened, num_devices),
-                           lambda: _groups(attrs["replica_groups"], op, flattened,
-                                           num_devices))
+        channel = attrs["channel_handle"] if "channel_handle" in attrs else None
+        module = _enclosing_module(op)
+        # What the attributes and the module's sizes decide, once per pass run.
+        key = ("ring ids", hash(module), op.name, attrs["replica_groups"], channel,
+               "use_global_device_ids" in attrs)
+        groups, flattened = scan.memo(key + ("groups",), lambda: _read_groups(op, module))
         divergence = not_run_by_all(op, scan.callers)
         if divergence is not None:
             raise Unsupported(divergence)
-        if num_replicas > 1 and num_partitions > 1:
-            raise Unsupported(f"replica and partition ids mixed ({num_replicas} replicas x "
-                              f"{num_partitions} partitions)")
-        if not has_channel:
-            kind, num_ids = "replica", num_replicas
-        elif global_ids:
-            kind, num_ids = ("replica", num_replicas) if num_replicas > 1 else (
-                "partition", num_partitions)
-        elif num_replicas == 1:
-            # Cross-replica-and-partition with one replica: each group spans all partitions.
-            if groups and groups != [[0]]:
-                raise Unsupported("cross-replica-and-partition groups other than [[0]]")
-            kind, num_ids, groups = "partition", num_partitions, []
-        else:
-            kind, num_ids = "replica", num_replicas
-        if not groups:
-            groups = [list(range(num_ids))]
-        _check_partition(groups, num_ids)
+        groups, kind, num_ids = scan.memo(key, lambda: _id_space(module, groups, flattened))
         auto = auto_axes_at(op, scan) if kind == "partition" else None
-        return cls(tuple(tuple(g) for g in groups), kind, num_ids, auto)
+        return cls(groups, kind, num_ids, auto)
 
 
-def _module_sizes(op: ir.Operation) -> tuple[int, int]:
-    """(mhlo.num_partitions, mhlo.num_replicas) of the enclosing module, default 1."""
+def _read_groups(op: ir.Operation, module: ir.Operation) -> tuple[list[list[int]], bool]:
+    """`op`'s groups as lists of ids, and whether they are flattened (global) ids."""
+    attrs = op.attributes
+    num_partitions, num_replicas = _module_sizes(module)
+    has_channel = "channel_handle" in attrs and _channel(attrs["channel_handle"]) > 0
+    # all_to_all has no use_global_device_ids: with a channel its groups hold
+    # partition ids (StableHLO: cross_partition), as global ids do here.
+    global_ids = ("use_global_device_ids" in attrs
+                  or (op.name == "stablehlo.all_to_all" and has_channel))
+    flattened = has_channel and global_ids
+    groups = _groups(attrs["replica_groups"], op, flattened, num_partitions * num_replicas)
+    return groups, (has_channel, global_ids)
+
+
+def _id_space(module: ir.Operation, groups: list[list[int]], flattened: tuple[bool, bool]
+              ) -> tuple[tuple[tuple[int, ...], ...], str, int]:
+    """The groups, the kind of ids they hold and how many there are, checked to
+    partition those ids."""
+    has_channel, global_ids = flattened
+    num_partitions, num_replicas = _module_sizes(module)
+    if num_replicas > 1 and num_partitions > 1:
+        raise Unsupported(f"replica and partition ids mixed ({num_replicas} replicas x "
+                          f"{num_partitions} partitions)")
+    if not has_channel:
+        kind, num_ids = "replica", num_replicas
+    elif global_ids:
+        kind, num_ids = ("replica", num_replicas) if num_replicas > 1 else (
+            "partition", num_partitions)
+    elif num_replicas == 1:
+        # Cross-replica-and-partition with one replica: each group spans all partitions.
+        if groups and groups != [[0]]:
+            raise Unsupported("cross-replica-and-partition groups other than [[0]]")
+        kind, num_ids, groups = "partition", num_partitions, []
+    else:
+        kind, num_ids = "replica", num_replicas
+    if not groups:
+        groups = [list(range(num_ids))]
+    _check_partition(groups, num_ids)
+    return tuple(tuple(g) for g in groups), kind, num_ids
+
+
+def _enclosing_module(op: ir.Operation) -> ir.Operation | None:
     parent = op
     while parent is not None and parent.name != "builtin.module":
         parent = parent.parent
-    attrs = parent.attributes if parent is not None else {}
+    return parent
+
+
+def _module_sizes(module: ir.Operation | None) -> tuple[int, int]:
+    """(mhlo.num_partitions, mhlo.num_replicas) of `module`, default 1."""
+    attrs = module.attributes if module is not None else {}
 
     def read(name: str) -> int:
         if name not in attrs:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from overlap_hlo.ir.dominance import Callers
+from overlap_hlo.ir.dominance import NAMING_OPS, Callers
 from overlap_hlo.ir.locations import describe
 from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.rewrite.templates import Templates
@@ -18,7 +18,7 @@ class ModuleScan:
     one walk: the highest channel handle (new ones go above it), the
     sdy.manual_computation ops, whether GSPMD marks any region partially manual, who
     calls each function, and the number of each op named `root` in program order (by
-    identity: a site's number across runs of the pass).
+    identity: a site's number across runs of the pass), which `roots` lists.
 
     A `channel_handle` or `mhlo.sharding` attribute of another type (on an op the
     passes do not know) is not a channel or a sharding: it is counted in `ignored`.
@@ -28,6 +28,7 @@ class ModuleScan:
         self.input_name = input_name   # names locations as the site log does
         self.last_channel = 0
         self.numbers: dict[int, int] = {}
+        self.roots: list[ir.Operation] = []
         self.manual_computations: list[ir.Operation] = []
         self.partially_manual_gspmd = False
         self.ignored: list[str] = []   # "op-name attribute" of attributes not understood
@@ -37,9 +38,11 @@ class ModuleScan:
 
         def visit(op):
             name, attrs = op.name, op.attributes
-            self.callers.note(op, name)
+            if not name.startswith("stablehlo.") or name in NAMING_OPS:
+                self.callers.note(op, name)   # (no other StableHLO op names a function)
             if name == root:
                 self.numbers[hash(op)] = len(self.numbers)
+                self.roots.append(op)
             if "channel_handle" in attrs:
                 attr = attrs["channel_handle"]
                 if stablehlo.ChannelHandle.isinstance(attr):

@@ -44,26 +44,37 @@ def signature(value) -> object:
     producing op, ops by name, attributes and types, dataclasses field by field (plain
     data ones as they are); TypeError for anything else. Types and attributes are
     uniqued in their context: they stand for themselves."""
-    kind = type(value)
-    if kind in _PLAIN:
-        return value
-    if kind is list or kind is tuple:
-        return tuple([signature(v) for v in value])
-    if isinstance(value, ir.Value):
-        owner = value.owner
-        producer = (op_signature(as_op(owner)) if isinstance(owner, (ir.Operation, ir.OpView))
-                    else "argument")
-        return ("value", value.type, producer)
-    if isinstance(value, (ir.Operation, ir.OpView)):
-        return op_signature(as_op(value))
-    if isinstance(value, (ir.Type, ir.Attribute)):
-        return value
-    if kind is dict:
-        return tuple(sorted((repr(k), signature(v)) for k, v in value.items()))
-    names = _field_names(kind)
-    if names is None:
-        raise TypeError(f"no signature for a {kind.__name__}")
-    return (kind.__name__,) + tuple([signature(getattr(value, name)) for name in names])
+    ops: dict[int, tuple] = {}   # each op read once (a ring's dot is also its anchor)
+
+    def of_op(op: ir.Operation) -> tuple:
+        key = hash(op)
+        if key not in ops:
+            ops[key] = op_signature(op)
+        return ops[key]
+
+    def of(value) -> object:
+        kind = type(value)
+        if kind in _PLAIN:
+            return value
+        if kind is list or kind is tuple:
+            return tuple([of(v) for v in value])
+        if isinstance(value, ir.Value):
+            owner = value.owner
+            producer = (of_op(as_op(owner)) if isinstance(owner, (ir.Operation, ir.OpView))
+                        else "argument")
+            return ("value", value.type, producer)
+        if isinstance(value, (ir.Operation, ir.OpView)):
+            return of_op(as_op(value))
+        if isinstance(value, (ir.Type, ir.Attribute)):
+            return value
+        if kind is dict:
+            return tuple(sorted((repr(k), of(v)) for k, v in value.items()))
+        names = _field_names(kind)
+        if names is None:
+            raise TypeError(f"no signature for a {kind.__name__}")
+        return (kind.__name__,) + tuple([of(getattr(value, name)) for name in names])
+
+    return of(value)
 
 
 @functools.lru_cache(maxsize=None)
@@ -90,7 +101,8 @@ class _Template:
     holder: ir.Operation            # a func.func of the scratch module
     results: list[tuple[int, int]]  # (top-level op index, result number) of each result
     here: list[ir.Operation]        # its ops at the builder's location
-    channels: list[tuple[ir.Operation, int]]  # (permute, rank in handle order)
+    channels: list[tuple[ir.Operation, int, int]]  # (permute, rank in handle order,
+                                                   # channel type)
 
 
 class Templates:
@@ -167,8 +179,9 @@ class Templates:
         return _Template(holder.operation, [positions[_key(r)] for r in results],
                          [copies[i] for i, op in enumerate(nested)
                           if str(op.location) == here],
-                         [(copies[permutes[k][0]], order.index(k))
-                          for k in range(len(permutes))])
+                         [(copies[permutes[k][0]], order.index(k),
+                           stablehlo.ChannelHandle(nested[permutes[k][0]].attributes[CHANNEL])
+                           .channel_type) for k in range(len(permutes))])
 
     def _clone(self, template: _Template, inputs: list[ir.Value],
                anchor: ir.Operation) -> list[ir.Value]:
@@ -176,8 +189,8 @@ class Templates:
         for op in template.here:
             op.location = location
         fresh = [self.channels() for _ in template.channels]
-        for op, rank in template.channels:
-            op.attributes[CHANNEL] = _with_handle(op.attributes[CHANNEL], fresh[rank])
+        for op, rank, channel_type in template.channels:
+            op.attributes[CHANNEL] = stablehlo.ChannelHandle.get(fresh[rank], channel_type)
         copy = template.holder.clone(ip=ir.InsertionPoint(self._scratch.body))
         body = copy.regions[0].blocks[0]
         for argument, value in zip(body.arguments, inputs):
@@ -314,11 +327,6 @@ def _handle(op: ir.Operation) -> int | None:
     if op.name != "stablehlo.collective_permute" or CHANNEL not in op.attributes:
         return None
     return stablehlo.ChannelHandle(op.attributes[CHANNEL]).handle
-
-
-def _with_handle(attr: ir.Attribute, handle: int) -> ir.Attribute:
-    old = stablehlo.ChannelHandle(attr)
-    return stablehlo.ChannelHandle.get(handle, old.channel_type)
 
 
 def _key(x) -> int:
