@@ -84,10 +84,7 @@ def measure(layers: int, repeats: int, folder: str) -> dict:
             command, check=True, stderr=subprocess.DEVNULL)))
         runs["parse_print_s"].append(seconds(
             lambda: overlap_hlo.serialize(overlap_hlo.parse(text))))
-    # Then as many XLA compiles, each of a fresh lowering (JAX caches the executable of
-    # one it compiled).
-    for _ in range(repeats):
-        fresh = lowered_layers(layers)
+        fresh = lowered_layers(layers)   # JAX keeps the executable of what it compiled
         runs["compile_s"].append(seconds(fresh.compile))
     return {"layers": layers, "sites": sites,
             **{name: statistics.median(times) for name, times in runs.items()}}

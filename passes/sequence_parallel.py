@@ -38,7 +38,6 @@ from overlap_hlo.ir.ops import as_op
 from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.rewrite import builders as b
 from overlap_hlo.rewrite.module_pass import ModulePass, verification_error
-from overlap_hlo.rewrite.scan import ModuleScan
 from overlap_hlo.rewrite.site import Site, SiteLog
 
 from .carried_shard import carry_shard, gather_at_top
@@ -64,7 +63,7 @@ class OverlapSequenceParallel(ModulePass):
               careful: bool, log: SiteLog) -> tuple[int, str] | None:
         """Plan every block (no IR touched), then build the kept components, numbered
         in order as the driver's sites."""
-        scan = ModuleScan(module_op, self.root.OPERATION_NAME, log.input_name)
+        scan = self.module_scan(module_op, log)
         blocks: dict[int, ir.Block] = {}
         for op in scan.roots:
             blocks.setdefault(hash(op.block), op.block)

@@ -29,6 +29,7 @@ from jaxlib.mlir import ir
 from overlap_hlo.ir.ops import contains
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.ring_order import Links
+from overlap_hlo.rewrite.scan import ModuleScan
 from overlap_hlo.rewrite.site import Site, SiteLog
 
 
@@ -125,6 +126,15 @@ class ModulePass:
         the sites earlier passes logged, and the input's name."""
         raise NotImplementedError
 
+    def module_scan(self, module_op: ir.Operation, log: SiteLog) -> ModuleScan:
+        """A ModuleScan of `module_op` numbering this pass's root ops: the one an
+        earlier pass made, when it left the module unchanged (`SiteLog.scan`), or a
+        new walk, which the log keeps for the passes after."""
+        root = self.root.OPERATION_NAME
+        if not (isinstance(log.scan, ModuleScan) and log.scan.root == root):
+            log.scan = ModuleScan(module_op, root, log.input_name)
+        return log.scan
+
     def run(self, module_op: ir.Operation, log: SiteLog) -> None:
         """Apply this pass to `module_op` and log its sites; see the module's doc."""
         root = self.root.OPERATION_NAME
@@ -156,6 +166,7 @@ class ModulePass:
             else:
                 broken[failure[0]] = failure[1]
             restore(module_op, snapshot)
+            log.scan = None
 
     def _log(self, records: list[Site], log: SiteLog) -> None:
         for site in records:

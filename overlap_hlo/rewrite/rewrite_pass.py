@@ -274,7 +274,7 @@ class RewritePass(ModulePass):
         """One greedy run, recording each site's fate in `records`; returns (site number,
         error) for the first site whose rewrite raised (or, when `careful`, left the
         module invalid), after which the run stops rewriting. `broken` sites are skipped."""
-        scan = ModuleScan(module_op, self.root.OPERATION_NAME, log.input_name)
+        scan = self.module_scan(module_op, log)
         # Root ops already decided in this run: the greedy driver revisits an op whose
         # neighbours changed (an all_gather kept for other readers, a site left
         # unchanged), and each site gets one decision and one record. Keys are the

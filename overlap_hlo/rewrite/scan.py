@@ -25,6 +25,7 @@ class ModuleScan:
     """
 
     def __init__(self, module_op: ir.Operation, root: str = "", input_name: str | None = None):
+        self.root = root
         self.input_name = input_name   # names locations as the site log does
         self.last_channel = 0
         self.numbers: dict[int, int] = {}

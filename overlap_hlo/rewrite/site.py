@@ -102,6 +102,10 @@ class SiteLog:
     # `normalize` left it; the collectives it may hold (None: not looked at yet).
     normalized: bool = False
     collectives: frozenset[str] | None = None
+    # The ModuleScan of the module as it is (the last one a pass made), which the
+    # next pass with the same root uses instead of walking the module again; None
+    # once anything may have changed the module (`changed`, `normalize`, a restore).
+    scan: object | None = None
 
     def add(self, site: Site) -> None:
         self.sites.append(site)
@@ -111,6 +115,7 @@ class SiteLog:
         pass not of ours, which may have created anything), leaving it `normal`
         when it was (`ModulePass.keeps_normal_form`)."""
         self.normalized = self.normalized and normal
+        self.scan = None
         self.collectives = (None if created is None or self.collectives is None
                             else self.collectives | created)
 
@@ -119,6 +124,7 @@ class SiteLog:
         if not self.normalized:
             normalize(module_op)
             self.normalized = True
+            self.scan = None
 
     def may_hold(self, module_op: ir.Operation, name: str) -> bool:
         """False when no op named `name`, a collective, can be in the module (one walk

@@ -331,3 +331,45 @@ def test_the_module_is_normalized_again_only_after_it_changed(monkeypatch, pipel
     assert [site.applied for site in sites] == [threshold == 0] * 2
     assert len(calls) == expected
     assert "stablehlo.dot " not in str(mod) and '"stablehlo.dot"' not in str(mod)
+
+
+TWICE = "builtin.module(overlap-all-gather-matmul,overlap-all-gather-matmul)"
+# One all_gather feeds a dot, the other only the result.
+GATHER_LEFT = module("%x: tensor<2x16xf32>, %w: tensor<16x8xf32>",
+                     "tensor<8x8xf32>, tensor<8x16xf32>", f"""
+    %0 = {GATHER}
+    %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+    %2 = {GATHER.replace("handle = 1", "handle = 2")}
+    return %1, %2 : tensor<8x8xf32>, tensor<8x16xf32>""")
+
+
+@pytest.mark.parametrize("pipeline, threshold, expected", [
+    (None, 1e6, 2),   # the sequence-parallel pass's walk serves the gather pass too
+    (None, 0, 2),     # ... which rewrites: the scatter pass (another root) walks again
+    (TWICE, 1e6, 1),  # nothing rewritten: one walk
+    (TWICE, 0, 2),    # the second run walks the rewritten module (its other gather)
+    ("builtin.module(overlap-all-gather-matmul,canonicalize,overlap-all-gather-matmul)",
+     1e6, 2),         # a pass not of ours may have changed anything
+])
+def test_the_module_is_walked_again_only_after_it_changed(monkeypatch, pipeline, threshold,
+                                                          expected):
+    """A pass run that left the module unchanged hands its walk (ModuleScan) to the next
+    pass with the same root; any change, ours or not, makes the next pass walk again."""
+    from overlap_hlo.rewrite import module_pass
+    walks = []
+
+    class Counted(module_pass.ModuleScan):
+        def __init__(self, *args, **kwargs):
+            walks.append(args[1])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(module_pass, "ModuleScan", Counted)
+    options = {} if pipeline is None else {"pipeline": pipeline}
+    mod = overlap_hlo.parse(LEGACY_DOTS if pipeline is None else GATHER_LEFT)
+    sites = overlap_hlo.rewrite_module(mod, threshold_mib=threshold, **options)
+    assert sites[0].applied == (threshold == 0)
+    assert len(walks) == expected
+    mod.operation.verify()
+    if threshold == 0 and pipeline == TWICE:   # the walk found the gather left
+        assert op_counts(mod)["stablehlo.all_gather"] == 1
+
