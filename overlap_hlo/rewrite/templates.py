@@ -103,6 +103,7 @@ class _Template:
     here: list[ir.Operation]        # its ops at the builder's location
     channels: list[tuple[ir.Operation, int, int]]  # (permute, rank in handle order,
                                                    # channel type)
+    location: ir.Location           # the one `here` ops have now
 
 
 class Templates:
@@ -181,13 +182,16 @@ class Templates:
                           if str(op.location) == here],
                          [(copies[permutes[k][0]], order.index(k),
                            stablehlo.ChannelHandle(nested[permutes[k][0]].attributes[CHANNEL])
-                           .channel_type) for k in range(len(permutes))])
+                           .channel_type) for k in range(len(permutes))],
+                         ir.Location.current)
 
     def _clone(self, template: _Template, inputs: list[ir.Value],
                anchor: ir.Operation) -> list[ir.Value]:
         location = ir.Location.current   # set on the template, then cloned with it
-        for op in template.here:
-            op.location = location
+        if location != template.location:   # (layers of one source line share theirs)
+            for op in template.here:
+                op.location = location
+            template.location = location
         fresh = [self.channels() for _ in template.channels]
         for op, rank, channel_type in template.channels:
             op.attributes[CHANNEL] = stablehlo.ChannelHandle.get(fresh[rank], channel_type)

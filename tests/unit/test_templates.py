@@ -85,3 +85,36 @@ def test_a_signature_missing_what_the_builder_reads_is_caught(monkeypatch):
 def test_what_has_no_signature_is_built_not_cloned(value):
     with pytest.raises(TypeError):
         templates.signature((1, value))
+
+
+def _layer_a(x, w1, w2):
+    h = jax.lax.all_gather(x, "x", axis=0, tiled=True) @ w1
+    return x + jax.lax.psum_scatter(jnp.tanh(h) @ w2, "x", scatter_dimension=0, tiled=True)
+
+
+def _layer_b(x, w1, w2):
+    h = jax.lax.all_gather(x, "x", axis=0, tiled=True) @ w1
+    return x + jax.lax.psum_scatter(jnp.tanh(h) @ w2, "x", scatter_dimension=0, tiled=True)
+
+
+def test_clones_take_each_site_location(monkeypatch):
+    """Layers at source lines A, B, A: each clone carries its own site's location (a
+    template keeps the last one it was given, set again only when it differs)."""
+    monkeypatch.setenv("OVERLAP_HLO_CHECK_TEMPLATES", "1")   # clone == fresh build, locations too
+    mesh = jax.make_mesh((8,), ("x",))
+
+    def mlp(x, w1, w2):
+        for i in range(3):
+            x = (_layer_b if i == 1 else _layer_a)(x, w1[i], w2[i])
+        return x
+
+    specs = (P("x"), P(None, None, "x"), P(None, "x"))
+    shapes = [(64, 32), (3, 32, 64), (3, 64, 32)]
+    args = [jax.ShapeDtypeStruct(s, jnp.float32, sharding=NamedSharding(mesh, spec))
+            for s, spec in zip(shapes, specs)]
+    fn = jax.jit(jax.shard_map(mlp, mesh=mesh, in_specs=specs, out_specs=P("x")))
+    module = overlap_hlo.parse(fn.lower(*args).as_text(debug_info=True))
+    sites = overlap_hlo.rewrite_module(module, threshold_mib=0)
+    assert overlap_hlo.rewrite_summary(sites) == "6 of 6 sites rewritten"
+    gathers = [s.where.line for s in sites if s.pattern == "overlap-all-gather-matmul"]
+    assert gathers[0] == gathers[2] != gathers[1]
