@@ -8,6 +8,7 @@ import logging
 import re
 import warnings
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 
 import numpy as np
 from jaxlib.mlir import ir
@@ -388,11 +389,16 @@ def _carrying_sites(rewritten, sites: list[Site]):
     return rewritten
 
 
-def _rewrite_lowered(lowered, pipeline, options, stacklevel: int, name: str | None = None):
+def _rewrite_lowered(lowered, pipeline, options, stacklevel: int, name: str | None = None,
+                     reasons: Callable[[list[Site]], list[Site]] | None = None):
+    """`rewrite_lowered`; `reasons(sites)`: the sites as reported (a decision made
+    elsewhere saying why a site was kept)."""
     platforms = compat.lowering_platforms(lowered)
     options = _with_target(options, platforms)
     module = _copy(lowered.compiler_ir("stablehlo"))
     sites = _rewrite(module, pipeline, True, None, options, "rewrite_lowered")
+    if reasons is not None:
+        sites = reasons(sites)
     _report(sites, stacklevel + 1, module, name)
     flags = ring_options(platforms) if any(site.applied for site in sites) else {}
     return _carrying_sites(compat.replace_lowered_module(lowered, module, flags), sites)

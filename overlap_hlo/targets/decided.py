@@ -44,9 +44,8 @@ class Decided(api.Overlapped):
         options, pipeline = rep.built_with
         if "target" not in self.options:   # the forms of the backend the lowering runs on
             options = {key: value for key, value in options.items() if key != "target"}
-        rewritten = api._rewrite_lowered(lowered, pipeline, options, stacklevel + 1,
-                                         self.name)
-        return api._carrying_sites(rewritten, _with_reasons(rewritten.sites, rep.records))
+        return api._rewrite_lowered(lowered, pipeline, options, stacklevel + 1, self.name,
+                                    lambda sites: _with_reasons(sites, rep.records))
 
     def _decide(self, lowered) -> report.Report:
         """The report on `lowered`'s module: built once per module (the same module

@@ -345,3 +345,41 @@ def test_jax_entry_points_warn(branch_program):
         overlap_hlo.rewrite_lowered(fn.lower(*args), threshold_mib=0)
     with pytest.warns(overlap_hlo.SitesLeftUnchanged):
         overlap_hlo.rewrite_exported(jax.export.export(fn)(*args), threshold_mib=0)
+
+
+def test_sites_the_compiled_schedule_kept_are_logged_as_kept(monkeypatch, caplog):
+    """targets.decided rewrites with keep-sites naming the sites the compiled schedule
+    kept: its log line and `.sites` give the schedule's reason, not "named by
+    keep-sites". The report is faked here (no target compile): one site kept."""
+    import dataclasses
+    import types
+
+    from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE
+    from overlap_hlo.targets import decided, report
+
+    mesh = jax.make_mesh((8,), ("x",))
+
+    def layer(x, w1, w2):
+        h = jax.lax.all_gather(x, "x", axis=0, tiled=True) @ w1
+        return jax.lax.psum_scatter(jnp.tanh(h) @ w2, "x", scatter_dimension=0, tiled=True)
+
+    specs = (P("x"), P(None, "x"), P("x"))
+    plain = jax.jit(jax.shard_map(layer, mesh=mesh, in_specs=specs, out_specs=P("x")))
+    args = [jax.device_put(np.random.default_rng(i).standard_normal(shape, np.float32),
+                           NamedSharding(mesh, spec))
+            for i, (shape, spec) in enumerate(zip([(64, 32), (32, 64), (64, 32)], specs))]
+    sites = overlap_hlo.remarks(plain.lower(*args).compiler_ir("stablehlo"), threshold_mib=0)
+    assert [s.applied for s in sites] == [True, True]
+    kept = dataclasses.replace(sites[1], applied=False, kind=Kind.KEPT,
+                               reason=f"{Kind.KEPT}: rewritten, its row took longer")
+    fake = types.SimpleNamespace(built_with=(
+        {"threshold_mib": 0, "keep_sites": kept.location}, DEFAULT_PIPELINE),
+        records=[sites[0], kept])
+    monkeypatch.setattr(report, "build", lambda *a, **k: fake)
+    caplog.set_level(logging.INFO, logger="overlap_hlo")
+    step = decided.overlap(plain, "v4:2x2x1")
+    assert_close(step(*args), plain(*args), [jnp.float32])
+    assert [(s.applied, s.kind) for s in step.sites] == [(True, Kind.NONE), (False, Kind.KEPT)]
+    [line] = [r.getMessage() for r in caplog.records if r.name == "overlap_hlo.api"]
+    assert line.endswith(overlap_hlo.rewrite_summary(step.sites))
+    assert str(Kind.KEPT) in line and str(Kind.NAMED_KEPT) not in line

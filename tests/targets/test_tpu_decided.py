@@ -1,6 +1,7 @@
 """overlap() deciding by the compiled program for a TPU slice (targets.decided): the
 decision is the report's, the executable runs on host CPU devices and computes what the
 original does. Ratios and structure only; no timings."""
+import logging
 import warnings
 
 import pytest
@@ -16,6 +17,7 @@ from jax.sharding import Mesh  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 from test_tpu import B, D, F, SPECS, S, mlp  # noqa: E402
 
+from overlap_hlo import rewrite_summary  # noqa: E402
 from overlap_hlo.ir.unsupported import Kind  # noqa: E402
 from overlap_hlo.targets import decided, report, tpu  # noqa: E402
 
@@ -39,10 +41,13 @@ CASES = {"pays": ("v4:2x2x1", (B, S, D, F)), "slower": ("v5p:2x2x2", (1, 256, 12
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_the_compiled_schedule_decides_and_the_result_is_the_originals(case, monkeypatch):
+def test_the_compiled_schedule_decides_and_the_result_is_the_originals(case, monkeypatch,
+                                                                        caplog):
     """Where a rewrite pays, the executable holds its rings; where none does, the
     original runs, its sites saying why, without a warning. Either way the numbers are
-    the plain jax.jit's, and the module is compiled for the slice once."""
+    the plain jax.jit's, the summary logged is that of the sites' records, and the
+    module is compiled for the slice once."""
+    caplog.set_level(logging.INFO, logger="overlap_hlo")
     topology, dims = CASES[case]
     built = []
     monkeypatch.setattr(report, "build", lambda *a, _build=report.build, **k: built.append(
@@ -58,6 +63,8 @@ def test_the_compiled_schedule_decides_and_the_result_is_the_originals(case, mon
     assert rep is not None and step.sites
     applied = {site.location for site in step.sites if site.applied}
     assert applied == {row.location for row in rep.sites if row.applied}
+    logged = [r.getMessage() for r in caplog.records if r.name.startswith("overlap_hlo")]
+    assert logged and logged[0].endswith(rewrite_summary(step.sites)), logged
     module = step.lower(*args).compiler_ir("stablehlo")   # the same module again
     assert built == [topology]
     if case == "pays":
