@@ -4,7 +4,9 @@ Generates exports of 1, 8, 32 and 128 sequence-parallel MLP layers (two sites a
 layer: one all_gather -> dot, one dot -> reduce_scatter), then for each measures
 (median of repeats, in one process):
   - `overlap-opt IN -o OUT --threshold-mib=0`, run in-process (file in, file out);
-  - the same as a command (`python -m overlap_hlo.tools.overlap_opt`, start-up included);
+  - the same as a command (`python -m overlap_hlo.tools.overlap_opt`, start-up included),
+    and in each round of the later layer counts the first one's command right after it
+    (the time the layers add: the median of the rounds' differences);
   - a plain parse and print of the same module with the same bindings;
   - XLA's CPU compile of the same (original) module, lowered afresh each round.
 
@@ -64,7 +66,9 @@ def seconds(fn) -> float:
     return time.perf_counter() - start
 
 
-def measure(layers: int, repeats: int, folder: str) -> dict:
+def measure(layers: int, repeats: int, folder: str, first: list[str] | None = None) -> dict:
+    """The medians of `repeats` rounds; `first`: the command of the first layer count,
+    run in each round right after this one's, for the time these layers add to it."""
     lowered = lowered_layers(layers)
     text = lowered.as_text()
     source = os.path.join(folder, f"mlp{layers}.mlir")
@@ -77,17 +81,20 @@ def measure(layers: int, repeats: int, folder: str) -> dict:
     sites = sum(row["rewritten"] for row in counts.values())
     command = [sys.executable, "-m", "overlap_hlo.tools.overlap_opt", *argv]
     runs: dict[str, list[float]] = {"rewrite_s": [], "command_s": [], "parse_print_s": [],
-                                    "compile_s": []}
+                                    "compile_s": [], "command_added_s": []}
     for _ in range(repeats):   # a round of each, so that they share the machine's state
         runs["rewrite_s"].append(seconds(lambda: overlap_opt(argv)))
         runs["command_s"].append(seconds(lambda: subprocess.run(
             command, check=True, stderr=subprocess.DEVNULL)))
+        if first is not None:   # paired in the round: the machine's drift cancels
+            runs["command_added_s"].append(runs["command_s"][-1] - seconds(
+                lambda: subprocess.run(first, check=True, stderr=subprocess.DEVNULL)))
         runs["parse_print_s"].append(seconds(
             lambda: overlap_hlo.serialize(overlap_hlo.parse(text))))
         fresh = lowered_layers(layers)   # JAX keeps the executable of what it compiled
         runs["compile_s"].append(seconds(fresh.compile))
-    return {"layers": layers, "sites": sites,
-            **{name: statistics.median(times) for name, times in runs.items()}}
+    return {"layers": layers, "sites": sites, "command": command,
+            **{name: statistics.median(times) for name, times in runs.items() if times}}
 
 
 def report(rows: list[dict]) -> str:
@@ -105,7 +112,7 @@ def report(rows: list[dict]) -> str:
     added_compile = last["compile_s"] - first["compile_s"]
     share = added_rewrite / added_compile
     in_process = last["rewrite_s"] / last["compile_s"]
-    added_command = last["command_s"] - first["command_s"]
+    added_command = last.get("command_added_s", last["command_s"] - first["command_s"])
     command_share = added_command / added_compile
     lines.append("")
     lines.append(f"rewrite vs XLA's compile at {last['layers']} layers, in-process: "
@@ -134,7 +141,9 @@ def main(argv=None) -> int:
           f"{platform.machine()} {os.cpu_count()} cores, jax {jax.__version__}")
     print(f"# command: python benchmarks/rewrite_speed.py {' '.join(argv or sys.argv[1:])}")
     with tempfile.TemporaryDirectory() as folder:
-        rows = [measure(layers, args.repeats, folder) for layers in args.layers]
+        rows = [measure(args.layers[0], args.repeats, folder)]
+        rows += [measure(layers, args.repeats, folder, rows[0]["command"])
+                 for layers in args.layers[1:]]
     print(report(rows))
     return 0
 
