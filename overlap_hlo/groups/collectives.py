@@ -140,25 +140,28 @@ class Ring:
     def from_collective(cls, op: ir.Operation, scan) -> Ring:
         """The ring of `op`'s groups; `scan` is the pass run's ModuleScan."""
         attrs = op.attributes
-        channel = attrs["channel_handle"] if "channel_handle" in attrs else None
         module = _enclosing_module(op)
+        sizes = scan.memo(("module sizes", hash(module)), lambda: _module_sizes(module))
+        has_channel = "channel_handle" in attrs and _channel(attrs["channel_handle"]) > 0
         # What the attributes and the module's sizes decide, once per pass run.
-        key = ("ring ids", hash(module), op.name, attrs["replica_groups"], channel,
+        key = ("ring ids", hash(module), op.name, attrs["replica_groups"], has_channel,
                "use_global_device_ids" in attrs)
-        groups, flattened = scan.memo(key + ("groups",), lambda: _read_groups(op, module))
+        groups, flattened = scan.memo(key + ("groups",),
+                                      lambda: _read_groups(op, sizes, has_channel))
         divergence = not_run_by_all(op, scan.callers)
         if divergence is not None:
             raise Unsupported(divergence)
-        groups, kind, num_ids = scan.memo(key, lambda: _id_space(module, groups, flattened))
+        groups, kind, num_ids = scan.memo(key, lambda: _id_space(sizes, groups, flattened))
         auto = auto_axes_at(op, scan) if kind == "partition" else None
         return cls(groups, kind, num_ids, auto)
 
 
-def _read_groups(op: ir.Operation, module: ir.Operation) -> tuple[list[list[int]], bool]:
-    """`op`'s groups as lists of ids, and whether they are flattened (global) ids."""
+def _read_groups(op: ir.Operation, sizes: tuple[int, int], has_channel: bool
+                 ) -> tuple[list[list[int]], tuple[bool, bool]]:
+    """`op`'s groups as lists of ids, and (has a channel, global ids) for how to read
+    them; `sizes`: the module's (partitions, replicas)."""
     attrs = op.attributes
-    num_partitions, num_replicas = _module_sizes(module)
-    has_channel = "channel_handle" in attrs and _channel(attrs["channel_handle"]) > 0
+    num_partitions, num_replicas = sizes
     # all_to_all has no use_global_device_ids: with a channel its groups hold
     # partition ids (StableHLO: cross_partition), as global ids do here.
     global_ids = ("use_global_device_ids" in attrs
@@ -168,12 +171,12 @@ def _read_groups(op: ir.Operation, module: ir.Operation) -> tuple[list[list[int]
     return groups, (has_channel, global_ids)
 
 
-def _id_space(module: ir.Operation, groups: list[list[int]], flattened: tuple[bool, bool]
+def _id_space(sizes: tuple[int, int], groups: list[list[int]], flattened: tuple[bool, bool]
               ) -> tuple[tuple[tuple[int, ...], ...], str, int]:
     """The groups, the kind of ids they hold and how many there are, checked to
     partition those ids."""
     has_channel, global_ids = flattened
-    num_partitions, num_replicas = _module_sizes(module)
+    num_partitions, num_replicas = sizes
     if num_replicas > 1 and num_partitions > 1:
         raise Unsupported(f"replica and partition ids mixed ({num_replicas} replicas x "
                           f"{num_partitions} partitions)")
