@@ -277,6 +277,7 @@ def run_pipeline(module_op: ir.Operation, text: str, make_log: Callable[[bool], 
                 module_op.verify()
             return log
         finally:
+            log.scan = None   # its op handles would keep the module alive with the log
             del pm   # a timing report is printed when its PassManager goes away
 
     if defer and verify:

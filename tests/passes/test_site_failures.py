@@ -373,3 +373,15 @@ def test_the_module_is_walked_again_only_after_it_changed(monkeypatch, pipeline,
     if threshold == 0 and pipeline == TWICE:   # the walk found the gather left
         assert op_counts(mod)["stablehlo.all_gather"] == 1
 
+
+
+def test_the_log_a_pipeline_returns_holds_no_walk():
+    """The ModuleScan handed between passes holds op handles, which would keep the
+    module alive as long as the log: the pipeline drops it before returning."""
+    from overlap_hlo.rewrite.pipeline import DEFAULT_PIPELINE, run_pipeline
+    from overlap_hlo.rewrite.site import SiteLog
+    mod = overlap_hlo.parse(GATHER_LEFT)
+    with mod.context:
+        log = run_pipeline(mod.operation, DEFAULT_PIPELINE, lambda deferred: SiteLog(
+            deferred=deferred), {"threshold_mib": 1e6})
+    assert log.sites and log.scan is None
