@@ -115,6 +115,7 @@ class Templates:
         self.channels = scan.new_channel
         self._kept: dict = {}
         self._scratch: ir.Module | None = None
+        self._checking = checking()   # read once a pass run
 
     def build(self, parts, inputs: Sequence[ir.Value],
               make: Callable[[], list[ir.Value]]) -> list[ir.Value]:
@@ -130,7 +131,7 @@ class Templates:
             return make()
         template = self._kept.get(key)
         if template is not None:
-            marker = _marker(anchor) if checking() else None
+            marker = _marker(anchor) if self._checking else None
             results = self._clone(template, list(inputs), anchor)
             if marker is not None:
                 self._check(_built(results, marker), anchor, make)
