@@ -31,7 +31,9 @@ site and the compiled schedules check the choice among the report's candidates, 
 the original). Per model and target it prints the report and then one summary row:
 predicted step time of the original and of the module kept, the perfect-overlap bound
 (the original's time over its compute alone), compute and exposed communication before
-and after, permutes overlapped, and what the row outside every site holds.
+and after, permutes overlapped, what the row outside every site holds, and XLA's own
+answer: the same step written without shard_map (sp and tp), partitioned and compiled by
+XLA with the compiler's defaults (`xla_auto`).
 
 Every time is a MODEL of a compiled schedule, not a measurement: on TPU libtpu's
 schedule with its own cycle estimates (overlap_hlo.targets.schedule), on GPU XLA's
@@ -221,13 +223,17 @@ ACTIVATION_SPECS = {"sp": P(AXIS), "tp": P(), "fsdp_tp": P((FSDP, AXIS)), "moe":
 LOSS_AXES = {"sp": (AXIS,), "tp": None, "fsdp_tp": (FSDP, AXIS), "moe": (AXIS,)}
 
 
-def train_step(params, x, target, *, model: str, dims: Dims, lr: float = 1e-2):
-    layer = LAYERS[model]
+def train_step(params, x, target, *, model: str, dims: Dims, lr: float = 1e-2,
+               layer=None):
+    """One SGD step; `layer` (h, p, dims) -> h: the model's shard_map layer by default,
+    else a layer of global arrays (the auto-sharded step, whose loss needs no psum)."""
+    manual = layer is None
+    layer = layer or LAYERS[model]
 
     def loss_fn(params):
         out = jax.lax.scan(lambda h, p: (layer(h, p, dims), None), x, params)[0]
         error = out.astype(jnp.float32) - target.astype(jnp.float32)
-        axes = LOSS_AXES[model]
+        axes = LOSS_AXES[model] if manual else None
         if axes:   # each device holds its rows of the sequences
             return jax.lax.psum(jnp.sum(error * error), axes) / (error.size * dims.devices)
         return jnp.mean(error * error)
@@ -237,8 +243,9 @@ def train_step(params, x, target, *, model: str, dims: Dims, lr: float = 1e-2):
 
 
 def lower(model: str, dims: Dims, devices, lr: float = 1e-2,
-          dtype=jnp.bfloat16) -> "jax.stages.Lowered":
-    """The step lowered for the model's mesh over `devices` (MESHES), shapes only."""
+          dtype=jnp.bfloat16, auto: bool = False) -> "jax.stages.Lowered":
+    """The step lowered for the model's mesh over `devices` (MESHES), shapes only;
+    `auto`: written without shard_map (AUTO_MODELS), partitioned by XLA."""
     sizes, names = MESHES[model]
     mesh = Mesh(np.array(devices).reshape(sizes), names)
     act, specs = ACTIVATION_SPECS[model], SPECS[model]
@@ -250,10 +257,33 @@ def lower(model: str, dims: Dims, devices, lr: float = 1e-2,
     params = {name: spec(shape, specs[name])
               for name, shape in param_shapes(dims, model).items()}
     x = spec((rows, dims.model), act)
+    if auto:   # plain jax.jit: GSPMD partitions the global step from the same shardings
+        between = NamedSharding(mesh, act)
+        step = jax.jit(lambda p, x, y: train_step(p, x, y, model=model, dims=dims, lr=lr,
+                                                   layer=auto_layer(between)),
+                       out_shardings=({name: NamedSharding(mesh, s) for name, s in specs.items()},
+                                      NamedSharding(mesh, P())))
+        return step.lower(params, x, x)
     step = jax.jit(jax.shard_map(
         lambda p, x, y: train_step(p, x, y, model=model, dims=dims, lr=lr), mesh=mesh,
         in_specs=(specs, act, act), out_specs=(specs, P())))
     return step.lower(params, x, x)
+
+
+# The models written without shard_map too: XLA's own answer (its windowed einsum) to
+# the same step. (fsdp_tp's two sequences and moe's routing are not written so.)
+AUTO_MODELS = ("sp", "tp")
+
+
+def auto_layer(between: NamedSharding):
+    """`layer_sp` / `layer_tp` on global arrays, the activations between the blocks kept
+    in the sharding `between` (split over the sequence for sp, replicated for tp)."""
+    def layer(x, p, dims: Dims):
+        x = jax.lax.with_sharding_constraint(x, between)
+        x = x + attention(rms_norm(x, p["norm_attn"]), p, dims) @ p["wo"]
+        x = jax.lax.with_sharding_constraint(x, between)
+        return x + swiglu(rms_norm(x, p["norm_mlp"]), p)
+    return layer
 
 
 # --- the reports ----------------------------------------------------------------------
@@ -314,14 +344,45 @@ def measure(model: str, name: str, dims: Dims) -> dict:
         "warnings": [line for line in text.splitlines() if line.startswith("warning:")],
         "report_text": text, "report": rep.to_json(),
         "lower_seconds": lowered_s, "seconds": seconds,
+        **xla_auto(model, name, dims),
     }
+
+
+def xla_auto(model: str, name: str, dims: Dims) -> dict:
+    """XLA's own answer to the step: `lower(..., auto=True)` compiled for the target as
+    XLA partitions it, with the compiler's defaults (libtpu's include its windowed
+    einsum; XLA's GPU windowed einsum stays off: switched on, as benchmarks/gpu.py does
+    for layers, it breaks this step, jaxlib 0.12.0.1), modelled like the others. Empty
+    for models not in AUTO_MODELS."""
+    if model not in AUTO_MODELS:
+        return {}
+    from overlap_hlo.targets import aot, gpu, report, tpu
+    from overlap_hlo.targets.gpu_timing import GpuTiming
+    from overlap_hlo.targets.schedule import Timing
+
+    started = time.perf_counter()
+    tgt, devices = target_devices(name)
+    module = aot.as_module(lower(model, dims, devices, auto=True))
+    if is_gpu(name):
+        compiled = gpu.compile_module(module, tgt)
+        timing = GpuTiming(tgt.hardware, 0.0, tgt.device_count)
+    else:
+        compiled = tpu.compile_module(module, tgt)
+        timing = Timing(tgt.hardware, tgt.chip.clock_ghz, tgt.device_count, tgt.links)
+    analysis = report.analyze_compiled(compiled, timing)
+    return {"xla_auto_us": analysis.total_us, "xla_auto_compute_us": analysis.compute_us,
+            "xla_auto_exposed_us": analysis.exposed_us,
+            "xla_auto_collectives": sorted({c.opcode for c in analysis.collectives}),
+            "xla_auto_permutes": len(analysis.permutes),
+            "xla_auto_seconds": time.perf_counter() - started}
 
 
 def summary_table(results: list[dict]) -> str:
     headers = ["model", "target", "original us", "rewritten us", "speedup",
                "bound (orig/compute)", "compute us before -> after",
                "exposed us before -> after", "permutes overlapped",
-               "outside the sites: exposed us", "kept"]
+               "outside the sites: exposed us", "kept",
+               "XLA auto-sharded us, / kept"]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for r in results:
         if "error" in r:
@@ -336,8 +397,16 @@ def summary_table(results: list[dict]) -> str:
             f"{r['original_exposed_us']:.0f} -> {r['rewritten_exposed_us']:.0f} | "
             f"{r['overlapped']}/{r['permutes']}{sync} | "
             f"{r['outside_exposed_us'][0]:.0f} -> {r['outside_exposed_us'][1]:.0f} | "
-            f"{r['kept']} |")
+            f"{r['kept']} | {_xla_cell(r)} |")
     return "\n".join(lines)
+
+
+def _xla_cell(r: dict) -> str:
+    """XLA's auto-sharded step, and its time over the kept module's ("-": not written
+    without shard_map)."""
+    if "xla_auto_us" not in r:
+        return "-"
+    return f"{r['xla_auto_us']:.0f}, {r['xla_auto_us'] / r['rewritten_us']:.2f}x"
 
 
 def provenance(results: list[dict]) -> str:

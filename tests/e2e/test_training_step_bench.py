@@ -103,6 +103,36 @@ def test_step_rewritten_computes_the_same(model, summary):
         assert np.all(np.abs(got - want) <= tolerance), name
 
 
+@pytest.mark.parametrize("model", training_step.AUTO_MODELS)
+def test_auto_sharded_step_is_the_same_step(model):
+    """The step XLA partitions itself (the column XLA's answer is read from) computes
+    what the shard_map step computes: the same loss and new parameters on the 8 host
+    devices, and no shard_map in it."""
+    manual = training_step.lower(model, TINY, jax.devices(), lr=1.0, dtype=jnp.float32)
+    auto = training_step.lower(model, TINY, jax.devices(), lr=1.0, dtype=jnp.float32,
+                               auto=True)
+    assert "manual_computation" not in auto.as_text()
+    assert "all_gather" not in auto.as_text() and "reduce_scatter" not in auto.as_text()
+    want_compiled, got_compiled = manual.compile(), auto.compile()
+    keys = iter(jax.random.split(jax.random.key(1), 32))
+    args = jax.tree.map(
+        lambda info, sharding: jax.device_put(
+            0.05 * jax.random.normal(next(keys), info.shape, info.dtype), sharding),
+        manual.args_info[0], want_compiled.input_shardings[0],
+        is_leaf=lambda x: hasattr(x, "shape"))
+    want_params, want_loss = want_compiled(*args)
+    got_params, got_loss = got_compiled(*args)
+    assert float(want_loss) > 0
+    assert abs(float(got_loss) - float(want_loss)) <= 1e-5 * float(want_loss)
+    for name in want_params:
+        before = np.asarray(args[0][name])
+        want = np.asarray(want_params[name]) - before
+        got = np.asarray(got_params[name]) - before
+        assert np.count_nonzero(want), name
+        tolerance = 4 * np.spacing(np.abs(before) + np.abs(want)) + 1e-3 * np.abs(want).max()
+        assert np.all(np.abs(got - want) <= tolerance), name
+
+
 def test_row_and_table_render():
     row = {"model": "sp", "target": "v5e:2x4", "original_us": 100.0, "rewritten_us": 80.0,
            "speedup": 1.25, "perfect_overlap_speedup": 1.5, "original_compute_us": 66.7,
@@ -110,6 +140,9 @@ def test_row_and_table_render():
            "rewritten_exposed_us": 10.0, "overlapped": 3, "permutes": 4, "synchronous": 0,
            "outside_exposed_us": [5.0, 5.0], "kept": "rewritten (per site)"}
     failed = {"model": "tp", "target": "h100:8", "error": "GpuUnavailable: missing"}
-    table = training_step.summary_table([row, failed])
+    table = training_step.summary_table([row, failed, dict(row, xla_auto_us=120.0)])
     assert "| sp | v5e:2x4 | 100 | 80 | 1.25x | 1.50x |" in table
     assert "failed: GpuUnavailable" in table
+    rows = table.splitlines()
+    assert rows[2].endswith("| rewritten (per site) | - |")   # no auto-sharded step
+    assert rows[4].endswith("| rewritten (per site) | 120, 1.50x |")
