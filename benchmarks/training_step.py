@@ -32,8 +32,8 @@ the original). Per model and target it prints the report and then one summary ro
 predicted step time of the original and of the module kept, the perfect-overlap bound
 (the original's time over its compute alone), compute and exposed communication before
 and after, permutes overlapped, what the row outside every site holds, and XLA's own
-answer: the same step written without shard_map (sp and tp), partitioned and compiled by
-XLA with the compiler's defaults (`xla_auto`).
+answer: the same step written without shard_map (sp, tp and fsdp_tp), partitioned and
+compiled by XLA with the compiler's defaults (`xla_auto`).
 
 Every time is a MODEL of a compiled schedule, not a measurement: on TPU libtpu's
 schedule with its own cycle estimates (overlap_hlo.targets.schedule), on GPU XLA's
@@ -260,7 +260,7 @@ def lower(model: str, dims: Dims, devices, lr: float = 1e-2,
     if auto:   # plain jax.jit: GSPMD partitions the global step from the same shardings
         between = NamedSharding(mesh, act)
         step = jax.jit(lambda p, x, y: train_step(p, x, y, model=model, dims=dims, lr=lr,
-                                                   layer=auto_layer(between)),
+                                                   layer=auto_layer(between, rows // dims.seq)),
                        out_shardings=({name: NamedSharding(mesh, s) for name, s in specs.items()},
                                       NamedSharding(mesh, P())))
         return step.lower(params, x, x)
@@ -271,17 +271,24 @@ def lower(model: str, dims: Dims, devices, lr: float = 1e-2,
 
 
 # The models written without shard_map too: XLA's own answer (its windowed einsum) to
-# the same step. (fsdp_tp's two sequences and moe's routing are not written so.)
-AUTO_MODELS = ("sp", "tp")
+# the same step. (moe's routing per device is not written so.)
+AUTO_MODELS = ("sp", "tp", "fsdp_tp")
 
 
-def auto_layer(between: NamedSharding):
-    """`layer_sp` / `layer_tp` on global arrays, the activations between the blocks kept
-    in the sharding `between` (split over the sequence for sp, replicated for tp)."""
+def auto_layer(between: NamedSharding, sequences: int = 1):
+    """`layer_sp` / `layer_tp` / `layer_fsdp_tp` on global arrays: the activations
+    between the blocks kept in the sharding `between` (split over the sequence for sp,
+    replicated for tp, one sequence per FSDP group for fsdp_tp), attention within each
+    of the `sequences` the rows hold."""
     def layer(x, p, dims: Dims):
         x = jax.lax.with_sharding_constraint(x, between)
-        x = x + attention(rms_norm(x, p["norm_attn"]), p, dims) @ p["wo"]
-        x = jax.lax.with_sharding_constraint(x, between)
+        g = rms_norm(x, p["norm_attn"])
+        if sequences == 1:
+            a = attention(g, p, dims)
+        else:
+            a = jax.vmap(lambda one: attention(one, p, dims))(
+                g.reshape(sequences, -1, g.shape[-1])).reshape(g.shape[0], -1)
+        x = jax.lax.with_sharding_constraint(x + a @ p["wo"], between)
         return x + swiglu(rms_norm(x, p["norm_mlp"]), p)
     return layer
 
