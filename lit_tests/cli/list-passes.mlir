@@ -34,8 +34,10 @@
 // CHECK-NEXT: all_to_all beside dot_general
 // CHECK: Options:
 // CHECK-NEXT: threshold-mib=<float>  (default: unset)
+// CHECK-LABEL: overlap-stack-in-place
+// CHECK-NEXT: a ring's buffer copied whole into a scanned loop's stacked residuals
 // CHECK: Upstream MLIR passes such as canonicalize and cse can be used in --pass-pipeline
-// CHECK: Default pipeline: builtin.module(overlap-matmul-all-reduce,overlap-sequence-parallel,overlap-all-gather-matmul,overlap-matmul-reduce-scatter,overlap-all-to-all-matmul,canonicalize,cse)
+// CHECK: Default pipeline: builtin.module(overlap-matmul-all-reduce,overlap-sequence-parallel,overlap-all-gather-matmul,overlap-matmul-reduce-scatter,overlap-all-to-all-matmul,overlap-stack-in-place,canonicalize,cse)
 // CHECK: Hardware profiles:
 // CHECK-DAG: tpu-v5e:
 // CHECK-DAG: h100-sxm:

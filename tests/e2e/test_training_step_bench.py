@@ -136,3 +136,47 @@ def test_row_and_table_render():
     rows = table.splitlines()
     assert rows[2].endswith("| rewritten (per site) | - |")   # no auto-sharded step
     assert rows[4].endswith("| rewritten (per site) | 120, 1.50x |")
+
+
+def test_tpu_form_stacks_in_place_and_computes_the_same():
+    """In the TPU form (uninitialised buffers) the sp step's gathered activations, which
+    the scan saves for the backward pass, are assembled by the rings in the stack
+    itself (overlap-stack-in-place), and the stacks start uninitialised. Run on the 8
+    host devices with those buffers poisoned (NaN), the step gives the original's loss
+    and updates: every element the backward pass reads was written."""
+    from overlap_hlo.targets import cpu
+
+    low = training_step.lower("sp", TINY, jax.devices(), lr=1.0, dtype=jnp.float32)
+    whole = f"{TINY.seq}x{TINY.model}xf32>"
+    allocations = f"@AllocateBuffer() : () -> tensor<{TINY.layers}x{whole}"
+    copies = f"tensor<1x{whole}, tensor<i32>, tensor<i32>, tensor<i32>)"
+    options = dict(threshold_mib=0, bidirectional=True, target="tpu", tpu_summing_rings=True)
+    without = overlap_hlo.DEFAULT_PIPELINE.replace("overlap-stack-in-place,", "")
+    texts = {}
+    for name, pipeline in (("without", without), ("with", overlap_hlo.DEFAULT_PIPELINE)):
+        module = overlap_hlo.parse(low.as_text())
+        sites = overlap_hlo.rewrite_module(module, pipeline, **options)
+        assert overlap_hlo.rewrite_summary(sites) == "8 of 8 sites rewritten"
+        texts[name] = overlap_hlo.serialize(module)
+    # Both gathered activations: copied into their stacks without the pass (a third
+    # copy is of a loop argument, not a ring's buffer), assembled there with it, the
+    # stacks starting uninitialised (cse merges the two allocations of one type).
+    counts = {name: (text.count(copies), text.count(allocations))
+              for name, text in texts.items()}
+    assert counts == {"without": (3, 0), "with": (1, 1)}
+    _, _, rewritten = cpu.rewrite_runnable(low, **options)
+    assert_same_step(low, rewritten.compile(), seed=1)
+
+
+@pytest.mark.parametrize("model", ["fsdp_tp", "moe"])
+def test_tpu_form_computes_the_same(model):
+    """The FSDP x TP and MoE steps in the TPU form (every site, two streams, summing
+    rings; stacks assembled in place where proved), their uninitialised buffers poisoned
+    (NaN) on the 8 host devices: the original's loss and updates."""
+    from overlap_hlo.targets import cpu
+
+    low = training_step.lower(model, TINY, jax.devices(), lr=1.0, dtype=jnp.float32)
+    _, module, rewritten = cpu.rewrite_runnable(low, threshold_mib=0, bidirectional=True,
+                                                target="tpu", tpu_summing_rings=True)
+    assert "stablehlo.collective_permute" in overlap_hlo.serialize(module)
+    assert_same_step(low, rewritten.compile(), seed=2)
