@@ -37,7 +37,7 @@
 // CHECK-LABEL: overlap-stack-in-place
 // CHECK-NEXT: a ring's buffer copied whole into a scanned loop's stacked residuals
 // CHECK: Upstream MLIR passes such as canonicalize and cse can be used in --pass-pipeline
-// CHECK: Default pipeline: builtin.module(overlap-matmul-all-reduce,overlap-sequence-parallel,overlap-all-gather-matmul,overlap-matmul-reduce-scatter,overlap-all-to-all-matmul,overlap-stack-in-place,canonicalize,cse)
+// CHECK: Default pipeline: builtin.module(overlap-matmul-all-reduce,overlap-sequence-parallel,overlap-all-gather-matmul,overlap-matmul-reduce-scatter,overlap-all-to-all-matmul,canonicalize,cse,overlap-stack-in-place)
 // CHECK: Hardware profiles:
 // CHECK-DAG: tpu-v5e:
 // CHECK-DAG: h100-sxm:

@@ -25,7 +25,7 @@ from overlap_hlo.rewrite.site import SiteLog
 
 DEFAULT_PIPELINE = ("builtin.module(overlap-matmul-all-reduce,overlap-sequence-parallel,"
                     "overlap-all-gather-matmul,overlap-matmul-reduce-scatter,"
-                    "overlap-all-to-all-matmul,overlap-stack-in-place,canonicalize,cse)")
+                    "overlap-all-to-all-matmul,canonicalize,cse,overlap-stack-in-place)")
 MAX_PIPELINE_NESTING = 64   # anchors inside anchors; MLIR's own parser recurses too
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
