@@ -90,13 +90,17 @@ class OverlapStackInPlace(ModulePass):
 
 def stacked_buffer(update: ir.Operation) -> Stacked | None:
     """The Stacked that `update` is, or None."""
-    stack, value, counter, *starts = update.operands
+    operands = update.operands
+    counter = operands[2]   # a ring's updates are at computed offsets: the cheap test first
+    if not isinstance(counter, ir.BlockArgument):
+        return None
+    stack, value, _, *starts = operands
+    if not isinstance(stack, ir.BlockArgument):
+        return None
     source = _whole_slice_source(value, stack.type)
     if source is None or not all(_is_zero(start) for start in starts):
         return None
     if not (_used_once(stack) and _used_once(value) and _used_once(source)):
-        return None
-    if not isinstance(stack, ir.BlockArgument) or not isinstance(counter, ir.BlockArgument):
         return None
     body = stack.owner
     if counter.owner != body or update.block != body:
