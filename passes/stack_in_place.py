@@ -26,7 +26,8 @@ from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo.ir.ops import as_op, defining_op
 from overlap_hlo.rewrite import builders as b
-from overlap_hlo.rewrite.module_pass import ModulePass
+from overlap_hlo.ir.unsupported import Kind
+from overlap_hlo.rewrite.module_pass import ModulePass, verification_error
 from overlap_hlo.rewrite.site import Site, SiteLog
 
 
@@ -77,13 +78,21 @@ class OverlapStackInPlace(ModulePass):
 
         module_op.walk(visit)
         for number, stacked in enumerate(found):
-            if number in broken:
+            if number in broken:   # reported, left as it was
+                records.append(Site.of(stacked.update.location, log.input_name, self.name,
+                                       False, kind=Kind.INTERNAL_ERROR, reason=(
+                                           "internal error: assembling a ring's buffer in its "
+                                           f"stack failed ({broken[number]}); left as it was "
+                                           "(please report it)")))
                 continue
             try:
                 assemble_in_stack(stacked)
             except Exception as err:   # noqa: BLE001 - the base restores and retries
                 return number, f"{type(err).__name__}: {err}"
-        if found:
+            error = verification_error(module_op) if careful else None
+            if error is not None:
+                return number, error
+        if len(found) > len(broken):
             log.changed(self.creates, False)
         return None
 

@@ -1,0 +1,49 @@
+"""overlap-stack-in-place on the lit input's scanned loop (lit_tests/stack-in-place.mlir):
+what it builds computes the same with the stack's new start poisoned, and a failure
+inside the pass is reported, the module left as it was."""
+import sys
+
+import numpy as np
+
+import overlap_hlo
+from harness import ROOT
+from overlap_hlo.targets import cpu
+
+PASS = "overlap-stack-in-place"
+ONLY = f"builtin.module({PASS})"
+STACKED = (ROOT / "lit_tests" / "stack-in-place.mlir").read_text().split("// -----")[0].replace(
+    "@stacked", "@main")
+
+
+def results(module) -> np.ndarray:
+    """@stacked run on one host device, its uninitialised buffers poisoned (NaN)."""
+    cpu.poison_buffers(module)
+    x = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
+    (out,) = cpu.run_per_device(overlap_hlo.serialize(module), 1, 1, [x])
+    return out[0]
+
+
+def test_the_stack_assembled_in_place_holds_what_the_copy_wrote():
+    original, rewritten = overlap_hlo.parse(STACKED), overlap_hlo.parse(STACKED)
+    overlap_hlo.rewrite_module(rewritten, ONLY)
+    text = overlap_hlo.serialize(rewritten)
+    assert "tensor<1x8x4xf32>" not in text and text.count("AllocateBuffer") == 1
+    want = results(original)
+    assert want.shape == (2, 8, 4) and not np.isnan(want).any()
+    np.testing.assert_array_equal(results(rewritten), want)
+
+
+def test_a_failure_inside_the_pass_is_reported_and_leaves_the_module(monkeypatch):
+    module_of_pass = sys.modules[overlap_hlo.registered_passes()[PASS].__module__]
+
+    def broken(stacked):
+        raise RuntimeError("forced")
+
+    monkeypatch.setattr(module_of_pass, "assemble_in_stack", broken)
+    module = overlap_hlo.parse(STACKED)
+    before = overlap_hlo.serialize(module)
+    sites = overlap_hlo.rewrite_module(module, ONLY)
+    (left,) = sites
+    assert (left.pattern, left.applied, left.kind) == (PASS, False, "internal error")
+    assert "forced" in left.reason
+    assert overlap_hlo.serialize(module) == before
