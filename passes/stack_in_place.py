@@ -18,6 +18,7 @@ is read once (by the next update, a loop's carried value or an optimization_barr
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -31,12 +32,20 @@ from overlap_hlo.rewrite.module_pass import ModulePass, verification_error
 from overlap_hlo.rewrite.site import Site, SiteLog
 
 
+class Step(enum.Enum):
+    """How the buffer passes an op on its way from the allocation to R."""
+
+    UPDATE = "a dynamic_update_slice writes a block into it"
+    ARGUMENT = "it enters a loop as argument `index`"
+    RESULT = "it leaves a loop as result `index`"
+    BARRIER = "it passes an optimization_barrier as result `index`"
+
+
 @dataclass(frozen=True)
 class Link:
-    """One step from the allocation to R: an update, or the buffer passing a loop's
-    argument (`index`) or result, or an optimization_barrier's result."""
+    """One step from the allocation to R."""
 
-    kind: str            # "update", "argument", "result", "barrier"
+    step: Step
     op: ir.Operation
     index: int = 0
 
@@ -142,9 +151,9 @@ def assemble_in_stack(stacked: Stacked) -> None:
         allocation.erase()
     last = stack
     for link in stacked.chain:
-        if link.kind == "update":
+        if link.step is Step.UPDATE:
             last = _update_in_slice(link.op, counter)
-        elif link.kind == "argument":
+        elif link.step is Step.ARGUMENT:
             link.op.regions[0].blocks[0].arguments[link.index].set_type(stack_type)
             link.op.regions[1].blocks[0].arguments[link.index].set_type(stack_type)
         else:   # a loop's or a barrier's result
@@ -183,18 +192,18 @@ def _chain(value: ir.Value, body: ir.Block) -> tuple[Link, ...] | None:
             if loop.name != "stablehlo.while" or loop.regions[1].blocks[0] != value.owner \
                     or list(loop.regions[0].blocks[0].arguments[value.arg_number].uses):
                 return None
-            links.append(Link("argument", loop, value.arg_number))
+            links.append(Link(Step.ARGUMENT, loop, value.arg_number))
             value = loop.operands[value.arg_number]
         elif op.name == "stablehlo.dynamic_update_slice":
-            links.append(Link("update", op))
+            links.append(Link(Step.UPDATE, op))
             value = op.operands[0]
             if _is_allocation(value):
                 return tuple(reversed(links)) if op.block == body else None
         elif op.name == "stablehlo.optimization_barrier":
-            links.append(Link("barrier", op, value.result_number))
+            links.append(Link(Step.BARRIER, op, value.result_number))
             value = op.operands[value.result_number]
         elif op.name == "stablehlo.while":
-            links.append(Link("result", op, value.result_number))
+            links.append(Link(Step.RESULT, op, value.result_number))
             value = _terminator(op.regions[1].blocks[0]).operands[value.result_number]
         else:
             return None
