@@ -197,7 +197,7 @@ def _chain(value: ir.Value, body: ir.Block) -> tuple[Link, ...] | None:
         elif op.name == "stablehlo.dynamic_update_slice":
             links.append(Link(Step.UPDATE, op))
             value = op.operands[0]
-            if _is_allocation(value):
+            if b.is_allocation(defining_op(value)):
                 return tuple(reversed(links)) if op.block == body else None
         elif op.name == "stablehlo.optimization_barrier":
             links.append(Link(Step.BARRIER, op, value.result_number))
@@ -257,12 +257,6 @@ def _constant(value: ir.Value) -> int | None:
 
 def _is_zero(value: ir.Value) -> bool:
     return _constant(value) == 0
-
-
-def _is_allocation(value: ir.Value) -> bool:
-    op = defining_op(value)
-    return (op is not None and op.name == "stablehlo.custom_call"
-            and ir.StringAttr(op.attributes["call_target_name"]).value == "AllocateBuffer")
 
 
 def _used_once(value: ir.Value) -> bool:

@@ -108,8 +108,17 @@ def buffer(tensor_type: ir.RankedTensorType, allocate: bool = False) -> ir.Value
     there), else zeros (the CPU backend has no such call)."""
     if not allocate:
         return zeros(tensor_type)
-    return stablehlo.CustomCallOp([tensor_type], [], call_target_name="AllocateBuffer",
+    return stablehlo.CustomCallOp([tensor_type], [], call_target_name=ALLOCATE,
                                   has_side_effect=False).result
+
+
+ALLOCATE = "AllocateBuffer"
+
+
+def is_allocation(op: ir.Operation | None) -> bool:
+    """`op` is an uninitialised buffer that `buffer(..., allocate=True)` made."""
+    return (op is not None and op.name == "stablehlo.custom_call"
+            and ir.StringAttr(op.attributes["call_target_name"]).value == ALLOCATE)
 
 
 def equal(a: ir.Value, b: ir.Value) -> ir.Value:

@@ -13,6 +13,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo import api
 from overlap_hlo.ir import compat
+from overlap_hlo.rewrite import builders as b
 
 
 def poison_buffers(module: ir.Module) -> int:
@@ -23,8 +24,7 @@ def poison_buffers(module: ir.Module) -> int:
     found = []
 
     def visit(op):
-        if op.name == "stablehlo.custom_call" and \
-                ir.StringAttr(op.attributes["call_target_name"]).value == "AllocateBuffer":
+        if b.is_allocation(op):
             found.append(op)
         return ir.WalkResult.ADVANCE
 
