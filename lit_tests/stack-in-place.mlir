@@ -99,3 +99,41 @@ func.func @buffer_read_twice(%x: tensor<8x4xf32>) -> (tensor<2x8x4xf32>, tensor<
   }
   return %r#1, %r#2 : tensor<2x8x4xf32>, tensor<8x4xf32>
 }
+
+// -----
+
+// The buffer enters the inner loop in one slot and leaves it in another: not a chain
+// the stack can be carried along, so nothing changes.
+// CHECK-LABEL: func.func @buffer_changes_slot
+// CHECK-NOT: AllocateBuffer() : () -> tensor<2x8x4xf32>
+// CHECK: stablehlo.dynamic_update_slice %{{.*}} : (tensor<2x8x4xf32>, tensor<1x8x4xf32>
+func.func @buffer_changes_slot(%x: tensor<4x4xf32>, %y: tensor<8x4xf32>) -> tensor<2x8x4xf32> {
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %c1 = stablehlo.constant dense<1> : tensor<i32>
+  %c2 = stablehlo.constant dense<2> : tensor<i32>
+  %c4 = stablehlo.constant dense<4> : tensor<i32>
+  %zero = stablehlo.constant dense<0.0> : tensor<f32>
+  %init = stablehlo.broadcast_in_dim %zero, dims = [] : (tensor<f32>) -> tensor<2x8x4xf32>
+  %r:2 = stablehlo.while(%i = %c0, %stack = %init) : tensor<i32>, tensor<2x8x4xf32>
+   cond {
+    %p = stablehlo.compare LT, %i, %c2, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  } do {
+    %a = stablehlo.custom_call @AllocateBuffer() : () -> tensor<8x4xf32>
+    %u0 = stablehlo.dynamic_update_slice %a, %x, %c0, %c0 : (tensor<8x4xf32>, tensor<4x4xf32>, tensor<i32>, tensor<i32>) -> tensor<8x4xf32>
+    %w:3 = stablehlo.while(%k = %c0, %b = %u0, %other = %y) : tensor<i32>, tensor<8x4xf32>, tensor<8x4xf32>
+     cond {
+      %q = stablehlo.compare LT, %k, %c1, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %q : tensor<i1>
+    } do {
+      %u1 = stablehlo.dynamic_update_slice %b, %x, %c4, %c0 : (tensor<8x4xf32>, tensor<4x4xf32>, tensor<i32>, tensor<i32>) -> tensor<8x4xf32>
+      %k1 = stablehlo.add %k, %c1 : tensor<i32>
+      stablehlo.return %k1, %other, %u1 : tensor<i32>, tensor<8x4xf32>, tensor<8x4xf32>
+    }
+    %bc = stablehlo.broadcast_in_dim %w#2, dims = [1, 2] : (tensor<8x4xf32>) -> tensor<1x8x4xf32>
+    %s2 = stablehlo.dynamic_update_slice %stack, %bc, %i, %c0, %c0 : (tensor<2x8x4xf32>, tensor<1x8x4xf32>, tensor<i32>, tensor<i32>, tensor<i32>) -> tensor<2x8x4xf32>
+    %i1 = stablehlo.add %i, %c1 : tensor<i32>
+    stablehlo.return %i1, %s2 : tensor<i32>, tensor<2x8x4xf32>
+  }
+  return %r#1 : tensor<2x8x4xf32>
+}

@@ -25,7 +25,7 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from overlap_hlo.ir.ops import as_op, defining_op
+from overlap_hlo.ir.ops import ALLOCATION, as_op, defining_op, is_allocation
 from overlap_hlo.rewrite import builders as b
 from overlap_hlo.ir.unsupported import Kind
 from overlap_hlo.rewrite.module_pass import ModulePass, verification_error
@@ -68,6 +68,9 @@ class OverlapStackInPlace(ModulePass):
 
     name: ClassVar[str] = "overlap-stack-in-place"
     root: ClassVar[type] = stablehlo.DynamicUpdateSliceOp
+    requires: ClassVar[str] = ALLOCATION
+    creates: ClassVar[frozenset[str]] = frozenset({ALLOCATION})
+    logs_sites: ClassVar[bool] = False
     summary: ClassVar[str] = (
         "a ring's buffer copied whole into a scanned loop's stacked residuals: the ring "
         "writes its blocks into the stack")
@@ -102,7 +105,7 @@ class OverlapStackInPlace(ModulePass):
             if error is not None:
                 return number, error
         if len(found) > len(broken):
-            log.changed(self.creates, False)
+            log.changed(self.created(), False)
         return None
 
 
@@ -183,8 +186,10 @@ def _update_in_slice(op: ir.Operation, counter: ir.Value) -> ir.Value:
 
 def _chain(value: ir.Value, body: ir.Block) -> tuple[Link, ...] | None:
     """The links from an allocation in `body` to `value` (R), each buffer on the way
-    read once; None when `value` is not so assembled."""
+    read once and leaving each loop in the slot it entered; None when `value` is not so
+    assembled."""
     links: list[Link] = []
+    entered: list[Link] = []   # the loops whose result the chain came in by
     while True:
         op = defining_op(value)
         if op is None:   # a loop body's argument: continue at the loop's operand
@@ -192,18 +197,22 @@ def _chain(value: ir.Value, body: ir.Block) -> tuple[Link, ...] | None:
             if loop.name != "stablehlo.while" or loop.regions[1].blocks[0] != value.owner \
                     or list(loop.regions[0].blocks[0].arguments[value.arg_number].uses):
                 return None
+            if not entered or (entered[-1].op, entered[-1].index) != (loop, value.arg_number):
+                return None
+            entered.pop()
             links.append(Link(Step.ARGUMENT, loop, value.arg_number))
             value = loop.operands[value.arg_number]
         elif op.name == "stablehlo.dynamic_update_slice":
             links.append(Link(Step.UPDATE, op))
             value = op.operands[0]
-            if b.is_allocation(defining_op(value)):
+            if is_allocation(defining_op(value)):
                 return tuple(reversed(links)) if op.block == body else None
         elif op.name == "stablehlo.optimization_barrier":
             links.append(Link(Step.BARRIER, op, value.result_number))
             value = op.operands[value.result_number]
         elif op.name == "stablehlo.while":
             links.append(Link(Step.RESULT, op, value.result_number))
+            entered.append(links[-1])
             value = _terminator(op.regions[1].blocks[0]).operands[value.result_number]
         else:
             return None

@@ -42,13 +42,31 @@ COLLECTIVES = frozenset({"stablehlo.all_gather", "stablehlo.all_reduce",
                          "stablehlo.reduce_scatter", "stablehlo.all_to_all"})
 
 
+# An uninitialised buffer (`custom_call @AllocateBuffer`, what `jax.lax.empty` lowers to
+# on TPU and GPU), and the kind `names_in` gives it.
+ALLOCATE = "AllocateBuffer"
+ALLOCATION = f"stablehlo.custom_call @{ALLOCATE}"
+# What `SiteLog.may_hold` keeps track of.
+TRACKED = COLLECTIVES | {ALLOCATION}
+
+
+def is_allocation(op: ir.Operation | None) -> bool:
+    """`op` is an uninitialised buffer."""
+    return (op is not None and op.name == "stablehlo.custom_call"
+            and ir.StringAttr(op.attributes["call_target_name"]).value == ALLOCATE)
+
+
 def names_in(op: ir.Operation, names: frozenset[str]) -> set[str]:
-    """Which of `names` name an op anywhere in `op` (the walk stops once all have)."""
+    """Which of `names` name an op anywhere in `op` (the walk stops once all have); an
+    uninitialised buffer is named ALLOCATION."""
     found: set[str] = set()
 
     def visit(inner):
-        if inner.name in names:
-            found.add(inner.name)
+        name = inner.name
+        if name == "stablehlo.custom_call" and is_allocation(inner):
+            name = ALLOCATION
+        if name in names:
+            found.add(name)
             if len(found) == len(names):
                 return ir.WalkResult.INTERRUPT
         return ir.WalkResult.ADVANCE

@@ -16,7 +16,7 @@ from jaxlib.mlir.dialects import sdy, stablehlo
 from overlap_hlo.groups.collectives import Ring
 from overlap_hlo.groups.manual import manual_axes_attr
 from overlap_hlo.ir import loop_views
-from overlap_hlo.ir.ops import varies_along
+from overlap_hlo.ir.ops import ALLOCATE, varies_along
 
 if TYPE_CHECKING:
     from overlap_hlo.plan.ring_plan import RingPlan
@@ -110,15 +110,6 @@ def buffer(tensor_type: ir.RankedTensorType, allocate: bool = False) -> ir.Value
         return zeros(tensor_type)
     return stablehlo.CustomCallOp([tensor_type], [], call_target_name=ALLOCATE,
                                   has_side_effect=False).result
-
-
-ALLOCATE = "AllocateBuffer"
-
-
-def is_allocation(op: ir.Operation | None) -> bool:
-    """`op` is an uninitialised buffer that `buffer(..., allocate=True)` made."""
-    return (op is not None and op.name == "stablehlo.custom_call"
-            and ir.StringAttr(op.attributes["call_target_name"]).value == ALLOCATE)
 
 
 def equal(a: ir.Value, b: ir.Value) -> ir.Value:

@@ -41,8 +41,14 @@ class ModulePass:
     root: ClassVar[type] = object
     summary: ClassVar[str] = ""
     # Collectives its rewrites may create (SiteLog.may_hold: a later pass whose root is
-    # none of the module's collectives is skipped without a walk).
+    # none of the module's collectives is skipped without a walk; `created` adds what
+    # its options make it create).
     creates: ClassVar[frozenset[str]] = frozenset()
+    # An op (ops.TRACKED) without which it finds nothing; None: its root.
+    requires: ClassVar[str | None] = None
+    # Its rewrites log no sites (they are not the user's): every run that finds its
+    # root is verified, not only one that logs a rewritten site.
+    logs_sites: ClassVar[bool] = True
     # Its rewrites leave a normalized module normalized (they build only what
     # `normalize` leaves as it is): a later pass does not normalize it again.
     keeps_normal_form: ClassVar[bool] = False
@@ -138,8 +144,9 @@ class ModulePass:
     def run(self, module_op: ir.Operation, log: SiteLog) -> None:
         """Apply this pass to `module_op` and log its sites; see the module's doc."""
         root = self.root.OPERATION_NAME
-        if not log.may_hold(module_op, root) or not contains(module_op, root):
-            return             # no root op: nothing to snapshot
+        if not log.may_hold(module_op, self.requires or root) or \
+                not contains(module_op, root):
+            return             # nothing to find: nothing to snapshot
         self.prepare(module_op, log)
         if log.deferred:   # no snapshot, no verification: the pipeline's end checks
             records: list[Site] = []
@@ -155,7 +162,7 @@ class ModulePass:
             records: list[Site] = []   # logged when the run succeeds
             failure = self.apply(module_op, records, broken, careful, log)
             if failure is None:
-                rewrote = any(site.applied for site in records)
+                rewrote = not self.logs_sites or any(site.applied for site in records)
                 error = verification_error(module_op) if rewrote else None
                 if error is None:
                     self._log(records, log)
@@ -172,7 +179,11 @@ class ModulePass:
         for site in records:
             log.add(site)
         if any(site.applied for site in records):
-            log.changed(self.creates, self.keeps_normal_form)
+            log.changed(self.created(), self.keeps_normal_form)
+
+    def created(self) -> frozenset[str]:
+        """The tracked ops (ops.TRACKED) its rewrites may create."""
+        return self.creates
 
 
 def _convert(f: dataclasses.Field, kind: type, text: str, pass_name: str):

@@ -26,6 +26,8 @@ from overlap_hlo.rewrite.site import SiteLog
 DEFAULT_PIPELINE = ("builtin.module(overlap-matmul-all-reduce,overlap-sequence-parallel,"
                     "overlap-all-gather-matmul,overlap-matmul-reduce-scatter,"
                     "overlap-all-to-all-matmul,canonicalize,cse,overlap-stack-in-place)")
+# MLIR passes that create no op SiteLog.may_hold tracks (collectives, buffers).
+SIMPLIFIERS = frozenset({"canonicalize", "cse"})
 MAX_PIPELINE_NESTING = 64   # anchors inside anchors; MLIR's own parser recurses too
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
@@ -210,7 +212,7 @@ def build_pass_manager(text: str, log: SiteLog, defaults: dict | None = None,
         pm.add(_step(coverage.begin), name="OverlapSitesBefore",
                argument="overlap-sites-before",
                description="list the collectives next to dots (for overlap-sites-after)")
-    foreign = False   # a pass not of ours since the last of ours: the module may have changed
+    foreign: list[Element] = []   # the passes not of ours since the last of ours
     for element in elements:
         cls = passes.get(element.name) if element.nested is None else None
         if cls is None:
@@ -223,7 +225,7 @@ def build_pass_manager(text: str, log: SiteLog, defaults: dict | None = None,
             except ValueError as err:
                 raise PipelineError(f"unknown pass or bad pipeline element "
                                     f"'{element.text}': {err}") from None
-            foreign = True
+            foreign.append(element)
             continue
         try:
             instance = cls.from_options(parse_options(element), defaults)
@@ -231,7 +233,7 @@ def build_pass_manager(text: str, log: SiteLog, defaults: dict | None = None,
             raise PipelineError(str(err)) from None
         pm.add(_runner(instance, log, foreign), name=cls.__name__, argument=cls.name,
                description=cls.summary)
-        foreign = False
+        foreign = []
     if coverage.patterns:
         pm.add(_step(coverage.end), name="OverlapSitesAfter", argument="overlap-sites-after",
                description="a remark for each collective next to a dot that no pass reported")
@@ -246,11 +248,16 @@ def _step(function):
     return run
 
 
-def _runner(instance: ModulePass, log: SiteLog, after_foreign: bool):
+def _runner(instance: ModulePass, log: SiteLog, after: list[Element]):
+    """`instance` as a pass run after `after`, the passes not of ours since the last of
+    ours: they may have changed the module, and created anything unless SIMPLIFIERS."""
+    created = None if any(e.nested is not None or e.name not in SIMPLIFIERS
+                          for e in after) else frozenset()
+
     def run(op, pass_):
         with op.context:
-            if after_foreign:
-                log.changed(None)
+            if after:
+                log.changed(created)
             instance.run(op, log)
 
     return run

@@ -24,6 +24,7 @@ from jaxlib.mlir import ir
 from overlap_hlo.ir import compat
 from overlap_hlo.ir.dots import tensor_bytes
 from overlap_hlo.ir.locations import Where
+from overlap_hlo.ir.ops import ALLOCATION
 from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.plan import cost
 from overlap_hlo.plan.cost import SiteShape
@@ -137,6 +138,9 @@ class RewritePass(ModulePass):
     def form(self) -> TargetForm:
         """What the platform changes in the rings' plans and IR (`TargetForm`)."""
         return TargetForm.of(self.platform)
+
+    def created(self) -> frozenset[str]:
+        return self.creates | ({ALLOCATION} if self.form.allocates else frozenset())
 
     @property
     def single_trip_loop(self) -> bool:

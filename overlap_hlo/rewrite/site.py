@@ -9,7 +9,7 @@ from jaxlib.mlir import ir
 
 from overlap_hlo.ir.locations import Where
 from overlap_hlo.ir.normalize import normalize
-from overlap_hlo.ir.ops import COLLECTIVES, names_in
+from overlap_hlo.ir.ops import TRACKED, names_in
 from overlap_hlo.ir.unsupported import Kind, Unsupported
 from overlap_hlo.plan.cost import Estimate, SiteShape
 from overlap_hlo.plan.ring_plan import RingPlan
@@ -99,9 +99,10 @@ class SiteLog:
     # which reruns them verifying each should anything fail.
     deferred: bool = False
     # What is known of the module until a pass changes it (`changed`): it is as
-    # `normalize` left it; the collectives it may hold (None: not looked at yet).
+    # `normalize` left it; the tracked ops (ops.TRACKED: collectives, uninitialised
+    # buffers) it may hold (None: not looked at yet).
     normalized: bool = False
-    collectives: frozenset[str] | None = None
+    holds: frozenset[str] | None = None
     # The ModuleScan of the module as it is (the last one a pass made), which the
     # next pass with the same root uses instead of walking the module again; None
     # once anything may have changed the module (`changed`, `normalize`, a restore).
@@ -111,13 +112,13 @@ class SiteLog:
         self.sites.append(site)
 
     def changed(self, created: frozenset[str] | None, normal: bool = False) -> None:
-        """A pass rewrote the module, creating collectives named `created` (None: a
-        pass not of ours, which may have created anything), leaving it `normal`
-        when it was (`ModulePass.keeps_normal_form`)."""
+        """A pass rewrote the module, creating tracked ops named `created` (None: a
+        pass that may have created anything), leaving it `normal` when it was
+        (`ModulePass.keeps_normal_form`)."""
         self.normalized = self.normalized and normal
         self.scan = None
-        self.collectives = (None if created is None or self.collectives is None
-                            else self.collectives | created)
+        self.holds = (None if created is None or self.holds is None
+                      else self.holds | created)
 
     def normalized_once(self, module_op: ir.Operation) -> None:
         """`normalize(module_op)`, unless nothing changed it since the last time."""
@@ -127,13 +128,13 @@ class SiteLog:
             self.scan = None
 
     def may_hold(self, module_op: ir.Operation, name: str) -> bool:
-        """False when no op named `name`, a collective, can be in the module (one walk
-        until a pass not of ours changes it); True is a maybe."""
-        if name not in COLLECTIVES:
+        """False when no op named `name`, a tracked one, can be in the module (one walk
+        until a pass that may create anything changes it); True is a maybe."""
+        if name not in TRACKED:
             return True
-        if self.collectives is None:
-            self.collectives = frozenset(names_in(module_op, COLLECTIVES))
-        return name in self.collectives
+        if self.holds is None:
+            self.holds = frozenset(names_in(module_op, TRACKED))
+        return name in self.holds
 
 
 @dataclass(frozen=True)

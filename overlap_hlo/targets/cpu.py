@@ -13,7 +13,7 @@ from jaxlib.mlir.dialects import stablehlo
 
 from overlap_hlo import api
 from overlap_hlo.ir import compat
-from overlap_hlo.rewrite import builders as b
+from overlap_hlo.ir.ops import is_allocation
 
 
 def poison_buffers(module: ir.Module) -> int:
@@ -24,7 +24,7 @@ def poison_buffers(module: ir.Module) -> int:
     found = []
 
     def visit(op):
-        if b.is_allocation(op):
+        if is_allocation(op):
             found.append(op)
         return ir.WalkResult.ADVANCE
 

@@ -1,6 +1,6 @@
-"""Each pass declares the collectives its rewrites create (`ModulePass.creates`): a later
-pass whose root is none of the module's collectives is skipped without a walk
-(`SiteLog.may_hold`), so an undeclared creation would leave sites unseen. A pass that
+"""Each pass declares the collectives and buffers its rewrites create (`ModulePass.created`):
+a later pass whose root (or `requires`) is none of the module's tracked ops is skipped
+without a walk (`SiteLog.may_hold`), so an undeclared creation would leave sites unseen. A pass that
 declares `keeps_normal_form` leaves a normalized module as `normalize` would: the
 passes after it do not normalize again."""
 import glob
@@ -10,8 +10,8 @@ import pytest
 
 import overlap_hlo
 from overlap_hlo.ir.normalize import normalize
-from overlap_hlo.ir.ops import COLLECTIVES, names_in
-from overlap_hlo.rewrite import module_pass
+from overlap_hlo.ir.ops import TRACKED, names_in
+from overlap_hlo.rewrite import module_pass, site
 from overlap_hlo.rewrite.pipeline import registered_passes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -47,7 +47,7 @@ def counted_contains(monkeypatch) -> list:
 
 
 @pytest.mark.parametrize("path", INPUTS, ids=os.path.basename)
-def test_a_pass_creates_only_the_collectives_it_declares(path):
+def test_a_pass_creates_only_the_tracked_ops_it_declares(path):
     passes = registered_passes()
     checked = 0
     for text in chunks(path):
@@ -56,10 +56,10 @@ def test_a_pass_creates_only_the_collectives_it_declares(path):
                 mod = parsed(text)
                 if mod is None:
                     continue
-                before = names_in(mod.operation, COLLECTIVES)
+                before = names_in(mod.operation, TRACKED)
                 overlap_hlo.rewrite_module(mod, f"builtin.module({name})", **options)
-                new = names_in(mod.operation, COLLECTIVES) - before
-                assert new <= cls.creates, (name, new)
+                new = names_in(mod.operation, TRACKED) - before
+                assert new <= cls.from_options({}, options).created(), (name, new)
                 checked += 1
     assert checked or not chunks(path)
 
@@ -112,3 +112,34 @@ def test_a_collective_a_pass_creates_is_seen_by_the_passes_after_it(monkeypatch)
             assert "stablehlo.all_gather" in asked
             checked += 1
     assert checked
+
+
+def test_the_stack_pass_is_skipped_without_a_walk_when_no_ring_allocates(monkeypatch):
+    """Rings built for the CPU start from zeros, not uninitialised buffers: after them
+    (and canonicalize and cse, which create none) the stack pass does not look for its
+    root; rings built for TPU allocate, and it does."""
+    asked = counted_contains(monkeypatch)
+    with open(os.path.join(ROOT, "examples", "tp_mlp.mlir")) as f:
+        text = f.read()
+    for target, looked in (("cpu", False), ("tpu", True)):
+        asked.clear()
+        sites = overlap_hlo.rewrite_module(overlap_hlo.parse(text), threshold_mib=0,
+                                           target=target)
+        assert sites and all(site.applied for site in sites)
+        assert ("stablehlo.dynamic_update_slice" in asked) is looked, target
+
+
+def test_a_pass_not_of_ours_may_have_created_anything(monkeypatch):
+    """After a pass that is not a simplifier the module's tracked ops are looked at
+    again; after canonicalize or cse what was known still holds."""
+    walks = []
+    real = site.names_in
+    monkeypatch.setattr(site, "names_in", lambda op, names: walks.append(1) or real(op, names))
+    with open(os.path.join(ROOT, "examples", "tp_mlp.mlir")) as f:
+        text = f.read()
+    for between, looks in (("symbol-dce", 2), ("cse", 1), ("canonicalize", 1)):
+        walks.clear()
+        overlap_hlo.rewrite_module(overlap_hlo.parse(text), (
+            "builtin.module(overlap-all-gather-matmul{target=tpu threshold-mib=0},"
+            f"{between},overlap-stack-in-place)"))
+        assert len(walks) == looks, between

@@ -47,3 +47,33 @@ def test_a_failure_inside_the_pass_is_reported_and_leaves_the_module(monkeypatch
     assert (left.pattern, left.applied, left.kind) == (PASS, False, "internal error")
     assert "forced" in left.reason
     assert overlap_hlo.serialize(module) == before
+
+
+def test_a_result_that_does_not_verify_is_reported_and_leaves_the_module(monkeypatch):
+    """The pass logs no sites of its own: its runs are verified all the same."""
+    module_of_pass = sys.modules[overlap_hlo.registered_passes()[PASS].__module__]
+    real = module_of_pass.assemble_in_stack
+
+    def mistyped(stacked):
+        wrong = stacked.update.operands[1].type   # the slice's type, not the stack's
+        real(stacked)
+        stacked.loop.regions[1].blocks[0].arguments[stacked.slot].set_type(wrong)
+
+    monkeypatch.setattr(module_of_pass, "assemble_in_stack", mistyped)
+    module = overlap_hlo.parse(STACKED)
+    before = overlap_hlo.serialize(module)
+    (left,) = overlap_hlo.rewrite_module(module, ONLY)
+    assert (left.pattern, left.applied, left.kind) == (PASS, False, "internal error")
+    assert "Error" not in left.reason and "tensor<1x8x4xf32>" in left.reason   # the verifier
+    assert overlap_hlo.serialize(module) == before
+
+
+def test_a_buffer_that_changes_slot_in_a_loop_is_left_unchanged():
+    """lit_tests/stack-in-place.mlir @buffer_changes_slot: no chain, so no attempt (an
+    attempt would not verify and be reported as an internal error)."""
+    case = next(c for c in (ROOT / "lit_tests" / "stack-in-place.mlir").read_text().split(
+        "// -----") if "@buffer_changes_slot" in c)
+    module = overlap_hlo.parse(case)
+    before = overlap_hlo.serialize(module)
+    assert overlap_hlo.rewrite_module(module, ONLY) == []
+    assert overlap_hlo.serialize(module) == before
