@@ -197,10 +197,9 @@ class Templates:
         for op, rank, channel_type in template.channels:
             op.attributes[CHANNEL] = stablehlo.ChannelHandle.get(fresh[rank], channel_type)
         copy = template.holder.clone(ip=ir.InsertionPoint(self._scratch.body))
-        body = copy.regions[0].blocks[0]
-        for argument, value in zip(body.arguments, inputs):
+        for argument, value in zip(copy.regions[0].blocks[0].arguments, inputs):
             argument.replace_all_uses_with(value)
-        ops = list(body.operations)
+        ops = _top_level(copy)
         for op in ops:
             op.move_before(anchor)
         copy.erase()
@@ -314,6 +313,20 @@ def _defined_within(value: ir.Value, ops: list[ir.Operation]) -> bool:
         parent = op.parent
         op = as_op(parent) if parent is not None else None
     return False
+
+
+def _top_level(holder: ir.Operation) -> list[ir.Operation]:
+    """The ops of `holder`'s body (a walk hands them over without making op views)."""
+    found = []
+
+    def visit(op):
+        if op == holder:
+            return ir.WalkResult.ADVANCE
+        found.append(op)
+        return ir.WalkResult.SKIP
+
+    holder.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
 
 
 def _preorder(ops: list[ir.Operation]) -> list[ir.Operation]:
