@@ -106,12 +106,17 @@ class _PerPass:
     unchanged: dict[str, tuple[float, float]]   # pass -> (original us, fastest form us)
 
 
+def _close(tried: dict[str, _Candidate], times: dict[str, float]) -> list[str]:
+    """The candidates within SLOWER_TOLERANCE of the fastest."""
+    best = min(times[label] for label in tried)
+    return [label for label in tried if times[label] <= best * (1 + SLOWER_TOLERANCE)]
+
+
 def _fastest(tried: dict[str, _Candidate], times: dict[str, float]) -> str:
     """The candidate predicted fastest; of those within SLOWER_TOLERANCE of it, the one
     with the fewest temporaries (one stream where two streams gain nothing)."""
-    best = min(times.values())
-    close = [label for label in tried if times[label] <= best * (1 + SLOWER_TOLERANCE)]
-    return min(close, key=lambda label: (tried[label].analysis.temp_bytes, times[label]))
+    return min(_close(tried, times),
+               key=lambda label: (tried[label].analysis.temp_bytes, times[label]))
 
 
 def fastest_per_pass(pipeline: str, tried: dict[str, _Candidate], original: Analysis,
@@ -223,9 +228,10 @@ def _kept_at(site, slower: dict[str, tuple[float, float]]):
 def _keep_slower_sites(chosen: str, tried: dict, candidates: dict, settings: dict,
                        rewritten: Callable[..., _Candidate], original: Analysis,
                        input_name: str | None, row_of: Callable) -> str:
-    """The fastest label once `chosen` is built again with the sites whose rows it
-    found slower left unchanged (keep-sites), for up to KEEP_ROUNDS rounds while that
-    is faster; each such candidate is added to `tried`, `candidates` and `settings`."""
+    """The faster label once `chosen` is built again with the sites whose rows it
+    found slower left unchanged (keep-sites), for up to KEEP_ROUNDS rounds while each
+    is faster than the one before; each such candidate is added to `tried`,
+    `candidates` and `settings`."""
     base, (options, text, finish) = chosen, settings[chosen]
     slower: dict[str, tuple[float, float]] = {}
     for _ in range(KEEP_ROUNDS):
@@ -239,7 +245,7 @@ def _keep_slower_sites(chosen: str, tried: dict, candidates: dict, settings: dic
         tried[label] = replace(kept, sites=[_kept_at(site, slower)
                                             for site in finish(kept.sites)])
         candidates[label] = kept.analysis.total_us
-        if _fastest(tried, candidates) != label:
+        if _fastest({k: tried[k] for k in (chosen, label)}, candidates) != label:
             break
         chosen = label
     return chosen
@@ -272,9 +278,12 @@ def choose(options: dict, rewritten: Callable[..., _Candidate], pipeline: str,
         tried[PER_PASS] = replace(mixed, sites=finish(mixed.sites))
         settings[PER_PASS] = (options, per_pass.pipeline, finish)
     candidates = {label: c.analysis.total_us for label, c in tried.items()}
+    # From each candidate about as fast as the fastest: the one kept for its fewer
+    # temporaries may gain less by leaving its slower sites than another.
+    for label in _close(tried, candidates):
+        _keep_slower_sites(label, tried, candidates, settings, rewritten, original,
+                           input_name, row_of)
     chosen = _fastest(tried, candidates)
-    chosen = _keep_slower_sites(chosen, tried, candidates, settings, rewritten, original,
-                                input_name, row_of)
     result = tried[chosen]
     if result.analysis.total_us >= original.total_us * (1 - SLOWER_TOLERANCE):
         chosen = ORIGINAL
