@@ -40,9 +40,9 @@ class ModulePass:
     name: ClassVar[str] = ""
     root: ClassVar[type] = object
     summary: ClassVar[str] = ""
-    # Collectives its rewrites may create (SiteLog.may_hold: a later pass whose root is
-    # none of the module's collectives is skipped without a walk; `created` adds what
-    # its options make it create).
+    # Tracked ops (ops.TRACKED: collectives, buffers) its rewrites may create
+    # (SiteLog.may_hold: a later pass whose root is none of the module's tracked ops is
+    # skipped without a walk; `created` adds what its options make it create).
     creates: ClassVar[frozenset[str]] = frozenset()
     # An op (ops.TRACKED) without which it finds nothing; None: its root.
     requires: ClassVar[str | None] = None
