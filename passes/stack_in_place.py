@@ -3,7 +3,8 @@ in the stack itself.
 
 A scanned layer saves what its backward pass reads by writing each value whole into a
 stacked buffer, one slice per iteration: `S' = dynamic_update_slice(S, broadcast(R),
-i, 0, ..)`. When R is a buffer our rings assemble (uninitialised storage, a
+i, 0, ..)`, written out or as a call of a function that is only that (JAX's
+`dynamic_update_index_in_dim`). When R is a buffer our rings assemble (uninitialised storage, a
 `custom_call @AllocateBuffer`, written block by block through the ring's loops), the
 copy into the stack is one more pass over R that the compiler cannot fuse: a loop's
 result is not written in place into another buffer. Here the blocks are written into
@@ -25,6 +26,7 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from overlap_hlo.ir.dominance import callee
 from overlap_hlo.ir.ops import ALLOCATION, as_op, defining_op, is_allocation
 from overlap_hlo.rewrite import builders as b
 from overlap_hlo.ir.unsupported import Kind
@@ -52,8 +54,8 @@ class Link:
 
 @dataclass(frozen=True)
 class Stacked:
-    """`update` writes R (the end of `chain`) into slice `counter` of the stack carried
-    as argument `slot` of `loop`."""
+    """`update` (a dynamic_update_slice, or a func.call of one) writes R (the end of
+    `chain`) into slice `counter` of the stack carried as argument `slot` of `loop`."""
 
     update: ir.Operation
     loop: ir.Operation
@@ -82,7 +84,7 @@ class OverlapStackInPlace(ModulePass):
         found: list[Stacked] = []
 
         def visit(op):
-            if op.name == "stablehlo.dynamic_update_slice":
+            if op.name in UPDATES:
                 stacked = stacked_buffer(as_op(op))
                 if stacked is not None:
                     found.append(stacked)
@@ -109,19 +111,18 @@ class OverlapStackInPlace(ModulePass):
         return None
 
 
+UPDATES = ("stablehlo.dynamic_update_slice", "func.call")
+
+
 def stacked_buffer(update: ir.Operation) -> Stacked | None:
     """The Stacked that `update` is, or None."""
-    operands = update.operands
-    counter = operands[2]   # a ring's updates are at computed offsets: the cheap test first
-    if not isinstance(counter, ir.BlockArgument):
+    parts = _whole_slice_update(update)
+    if parts is None:
         return None
-    stack, value, _, *starts = operands
-    if not isinstance(stack, ir.BlockArgument):
+    stack, source, counter = parts
+    if not (isinstance(counter, ir.BlockArgument) and isinstance(stack, ir.BlockArgument)):
         return None
-    source = _whole_slice_source(value, stack.type)
-    if source is None or not all(_is_zero(start) for start in starts):
-        return None
-    if not (_used_once(stack) and _used_once(value) and _used_once(source)):
+    if not (_used_once(stack) and _used_once(source)):
         return None
     body = stack.owner
     if counter.owner != body or update.block != body:
@@ -140,6 +141,39 @@ def stacked_buffer(update: ir.Operation) -> Stacked | None:
     if chain is None:
         return None
     return Stacked(update, loop, slot, counter, chain)
+
+
+def _whole_slice_update(op: ir.Operation) -> tuple[ir.Value, ir.Value, ir.Value] | None:
+    """(S, R, i) when `op` is `S' = dynamic_update_slice(S, broadcast(R), i, 0, ..)` or a
+    call of a function whose body is only that, of its arguments (S, R, i); else None."""
+    if op.name == "func.call":
+        function = callee(op)
+        if function is None or len(op.operands) != 3 or len(op.results) != 1:
+            return None
+        body = function.regions[0].blocks[0]
+        returned = _terminator(body).operands
+        inner = defining_op(returned[0]) if len(returned) == 1 else None
+        if inner is None or inner.name != "stablehlo.dynamic_update_slice" or \
+                not all(o.operation.name in _WRAPPER_OPS for o in body.operations):
+            return None
+        parts = _whole_slice_update(inner)
+        if parts is None or list(parts) != list(body.arguments):
+            return None
+        return op.operands[0], op.operands[1], op.operands[2]
+    stack, value, counter, *starts = op.operands
+    if not isinstance(counter, ir.BlockArgument):   # a ring's updates: at computed offsets
+        return None
+    source = _whole_slice_source(value, stack.type)
+    if source is None or not all(_is_zero(start) for start in starts) or \
+            not _used_once(value):
+        return None
+    return stack, source, counter
+
+
+# What a function that is only a whole-slice update holds.
+_WRAPPER_OPS = frozenset({"stablehlo.constant", "stablehlo.broadcast_in_dim",
+                          "stablehlo.reshape", "stablehlo.dynamic_update_slice",
+                          "func.return"})
 
 
 def assemble_in_stack(stacked: Stacked) -> None:
@@ -162,10 +196,11 @@ def assemble_in_stack(stacked: Stacked) -> None:
         else:   # a loop's or a barrier's result
             link.op.results[link.index].set_type(stack_type)
             last = link.op.results[link.index]
-    copied = defining_op(update.operands[1])
+    copied = defining_op(update.operands[1]) if update.name != "func.call" else None
     update.results[0].replace_all_uses_with(last)
     update.erase()
-    copied.erase()
+    if copied is not None:   # the broadcast of R
+        copied.erase()
     loop = stacked.loop
     with loop.location, ir.InsertionPoint(loop):
         loop.operands[stacked.slot] = b.buffer(stack_type, allocate=True)

@@ -4,6 +4,7 @@ inside the pass is reported, the module left as it was."""
 import sys
 
 import numpy as np
+import pytest
 
 import overlap_hlo
 from harness import ROOT
@@ -11,8 +12,16 @@ from overlap_hlo.targets import cpu
 
 PASS = "overlap-stack-in-place"
 ONLY = f"builtin.module({PASS})"
-STACKED = (ROOT / "lit_tests" / "stack-in-place.mlir").read_text().split("// -----")[0].replace(
-    "@stacked", "@main")
+CASES = (ROOT / "lit_tests" / "stack-in-place.mlir").read_text().split("// -----")
+
+
+def case(name: str) -> str:
+    """The lit input's case `name`, its function renamed @main."""
+    (text,) = [c for c in CASES if f"func.func @{name}(" in c]
+    return text.replace(f"func.func @{name}(", "func.func @main(")
+
+
+STACKED = case("stacked")
 
 
 def results(module) -> np.ndarray:
@@ -23,11 +32,14 @@ def results(module) -> np.ndarray:
     return out[0]
 
 
-def test_the_stack_assembled_in_place_holds_what_the_copy_wrote():
-    original, rewritten = overlap_hlo.parse(STACKED), overlap_hlo.parse(STACKED)
+@pytest.mark.parametrize("name", ["stacked", "stacked_through_call"])
+def test_the_stack_assembled_in_place_holds_what_the_copy_wrote(name):
+    source = case(name)
+    original, rewritten = overlap_hlo.parse(source), overlap_hlo.parse(source)
     overlap_hlo.rewrite_module(rewritten, ONLY)
-    text = overlap_hlo.serialize(rewritten)
-    assert "tensor<1x8x4xf32>" not in text and text.count("AllocateBuffer") == 1
+    main = overlap_hlo.serialize(rewritten).split("func.func private")[0]
+    assert "tensor<1x8x4xf32>" not in main and "func.call" not in main   # the copy went
+    assert main.count("AllocateBuffer") == 1   # the stack's: the ring's own went too
     want = results(original)
     assert want.shape == (2, 8, 4) and not np.isnan(want).any()
     np.testing.assert_array_equal(results(rewritten), want)
