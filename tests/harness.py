@@ -149,6 +149,14 @@ def require_libtpu() -> None:
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
+def update_shapes(analysis) -> Counter:
+    """(result dims, update dims) of every dynamic-update-slice in a compiled module's
+    analysis (report.analyze_compiled), fused ones included."""
+    proto = analysis.proto
+    return Counter((i.shape.dims, proto.by_id[i.operand_ids[1]].shape.dims)
+                   for i in proto.by_id.values() if i.opcode == "dynamic-update-slice")
+
+
 def op_counts(module: ir.Module) -> Counter:
     counts = Counter()
 

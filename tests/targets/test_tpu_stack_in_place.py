@@ -4,10 +4,9 @@ the rings of the two gathered activations that the scan saves for the backward p
 their blocks into the stack itself, the whole-slice copies into the stack go, and the
 compiler's compute estimate is not above the one without the pass. Structure and ratios
 of the compiler's estimates only; no timings."""
-import collections
 import sys
 
-from harness import ROOT, require_libtpu  # noqa: E402
+from harness import ROOT, require_libtpu, update_shapes  # noqa: E402
 
 require_libtpu()
 
@@ -21,14 +20,6 @@ from benchmarks import training_step  # noqa: E402
 
 TOPOLOGY = "v5e:2x4"
 WITHOUT = overlap_hlo.DEFAULT_PIPELINE.replace(",overlap-stack-in-place", "")
-
-
-def updates(analysis) -> collections.Counter:
-    """(result dims, update dims) of every dynamic-update-slice in the compiled module."""
-    proto = analysis.proto
-    return collections.Counter(
-        (i.shape.dims, proto.by_id[i.operand_ids[1]].shape.dims)
-        for i in proto.by_id.values() if i.opcode == "dynamic-update-slice")
 
 
 def test_rings_write_into_the_stack_and_the_copies_go():
@@ -45,7 +36,7 @@ def test_rings_write_into_the_stack_and_the_copies_go():
         compiled, sites = tpu.compile_rewritten(module, topo, pipeline, **options)
         assert overlap_hlo.rewrite_summary(sites) == "8 of 8 sites rewritten"
         analysis = report.analyze_compiled(compiled, timing)
-        counts = updates(analysis)
+        counts = update_shapes(analysis)
         seen[name] = (counts[stack, whole], counts[stack, block], analysis.compute_us)
     # Three whole slices copied into a stack without the pass (a third is a loop
     # argument's, not a ring's); with it, one, and each ring's 8 blocks written there.
