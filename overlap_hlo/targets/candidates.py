@@ -204,25 +204,27 @@ def _kept(site, best_us: float, original_us: float):
 
 
 def _slower_sites(candidate: _Candidate, original: Analysis, input_name: str | None,
-                  row_of: Callable) -> dict[str, tuple[float, float]]:
-    """Position -> (original us, rewritten us) of the candidate's rewritten sites whose
-    row took longer than the original's, beyond SLOWER_TOLERANCE."""
+                  row_of: Callable) -> dict[str, tuple[float, float, bool]]:
+    """Position -> (original us, rewritten us, of a group) of the candidate's rewritten
+    sites whose row, or group of rows sharing dots, took longer than the original's,
+    beyond SLOWER_TOLERANCE."""
     rewritten = {site.location for site in candidate.sites if site.applied}
-    return {row.location: (row.before_us, row.after_us)
+    return {row.location: ((row.group or row).before_us, (row.group or row).after_us,
+                           row.group is not None)
             for row in site_rows(candidate.sites, original, candidate.analysis,
                                  input_name, row_of)
-            if row.location in rewritten
-            and row.after_us > row.before_us * (1 + SLOWER_TOLERANCE)}
+            if row.location in rewritten and row.judged_slower}
 
 
-def _kept_at(site, slower: dict[str, tuple[float, float]]):
+def _kept_at(site, slower: dict[str, tuple[float, float, bool]]):
     """A site the keep-sites candidate left at a position found slower, saying why."""
     if site.location not in slower:
         return site
-    before, after = slower[site.location]
+    before, after, grouped = slower[site.location]
+    shared = " and those sharing its dots" if grouped else ""
     return replace(site, applied=False, kind=Kind.KEPT, rule="",
-                   reason=f"{Kind.KEPT}: rewritten, its row took {after:.1f} us against "
-                          f"{before:.1f} us in the original")
+                   reason=f"{Kind.KEPT}: rewritten, its row{shared} took {after:.1f} us "
+                          f"against {before:.1f} us in the original")
 
 
 def _keep_slower_sites(chosen: str, tried: dict, candidates: dict, settings: dict,
@@ -233,7 +235,7 @@ def _keep_slower_sites(chosen: str, tried: dict, candidates: dict, settings: dic
     is faster than the one before; each such candidate is added to `tried`,
     `candidates` and `settings`."""
     base, (options, text, finish) = chosen, settings[chosen]
-    slower: dict[str, tuple[float, float]] = {}
+    slower: dict[str, tuple[float, float, bool]] = {}
     for _ in range(KEEP_ROUNDS):
         found = _slower_sites(tried[chosen], original, input_name, row_of)
         if not found:

@@ -177,10 +177,15 @@ class Report:
         """The lines under the table: sites slower or moved, temporaries, the choice,
         warnings."""
         lines = []
+        told: list[list[str]] = []   # the groups whose rows were named
         for row in self.sites:
-            if row.slower:
-                lines.append(f"{row.location}: predicted slower ({row.before_us:.1f} -> "
-                             f"{row.after_us:.1f} us): {row.why_slower() or 'see --json'}")
+            if row.slower and not (row.group and row.group.locations in told):
+                judged, named = row.group or row, row.location
+                if row.group:
+                    told.append(row.group.locations)
+                    named = ", ".join(row.group.locations) + " (their sites share dots)"
+                lines.append(f"{named}: predicted slower ({judged.before_us:.1f} -> "
+                             f"{judged.after_us:.1f} us): {row.why_slower() or 'see --json'}")
             if row.moved_here:
                 lines.append(f"{row.location}: an all_gather moved here (from the "
                              "all_reduce before it, by overlap-sequence-parallel), now a "
@@ -230,7 +235,7 @@ class Report:
             why = ", ".join(dict.fromkeys(row.left_because for row in left if row.left_because))
             text += (f"; {len(left)} of {len(self.sites)} site(s) left unchanged"
                      + (f" ({why})" if why else ""))
-        moved = [row for row in left if row.got_slower]
+        moved = [row for row in left if row.moved_slower]
         if moved:
             text += (f"; {len(moved)} site(s) left unchanged got slower around the rewritten "
                      f"ones ({', '.join(row.why_slower() or row.location for row in moved)})")

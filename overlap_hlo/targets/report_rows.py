@@ -13,6 +13,25 @@ from overlap_hlo.targets.schedule import Analysis
 
 
 @dataclass
+class RowGroup:
+    """Rows whose sites name a dot in common (an FSDP weight's gather and the sequence
+    gather beside the same dot): a ring moves the dot's compute from one row to another,
+    so they are judged together, by their sums."""
+
+    locations: list[str]
+    rewritten: bool                 # any of its rows' sites rewritten
+    before_us: float
+    after_us: float
+    original_exposed_us: float
+    exposed_us: float
+    compute_breakdown: dict[str, list[float]]
+
+    @property
+    def got_slower(self) -> bool:
+        return self.after_us > self.before_us * (1 + SLOWER_TOLERANCE)
+
+
+@dataclass
 class SiteRow:
     location: str
     pattern: str
@@ -41,6 +60,7 @@ class SiteRow:
     permute_details: list[dict] = field(default_factory=list)
     synchronous: int = 0            # permutes scheduled as one synchronous instruction
     rewritten: int = 0              # of its records, those rewritten (`applied`: all)
+    group: RowGroup | None = None   # the rows it shares a dot with, itself included
 
     @property
     def speedup(self) -> float:
@@ -62,16 +82,29 @@ class SiteRow:
                 and self.before_us == 0.0 and self.original_exposed_us == 0.0)
 
     @property
+    def judged_slower(self) -> bool:
+        """Its time, or its group's, grew by more than rounding."""
+        return (self.group or self).got_slower
+
+    @property
     def slower(self) -> bool:
-        """Rewritten and predicted slower than the original."""
-        return self.applied and self.got_slower and not self.moved_here
+        """Rewritten and predicted slower than the original (in a group: the group)."""
+        return self.applied and self.judged_slower and not self.moved_here
+
+    @property
+    def moved_slower(self) -> bool:
+        """Left unchanged and slower around the rewritten sites; in a group, only when
+        none of the group was rewritten (else the time moved within the group)."""
+        return self.judged_slower and not (self.group and self.group.rewritten)
 
     def why_slower(self) -> str:
-        """The compute categories that grew, largest first, and exposed communication."""
+        """The compute categories that grew, largest first, and exposed communication
+        (of its group, when it has one)."""
+        judged = self.group or self
         grew = sorted(((after - before, name) for name, (before, after)
-                       in self.compute_breakdown.items() if after > before), reverse=True)
+                       in judged.compute_breakdown.items() if after > before), reverse=True)
         parts = [f"{name} +{extra:.1f} us" for extra, name in grew if extra >= 0.05]
-        waited = self.exposed_us - self.original_exposed_us
+        waited = judged.exposed_us - judged.original_exposed_us
         if waited > 0:
             parts.append(f"exposed communication +{waited:.1f} us")
         return ", ".join(parts)
@@ -251,9 +284,41 @@ def site_rows(sites: list, original: Analysis, rewritten: Analysis,
     shared = frozenset(where for where, count in named.items() if count > 1)
     owned = frozenset(where for where, count in named.items() if count == 1)
     claims = (Claims(owned, input_name), Claims(owned, input_name))
-    return [row_of(location, group, original, rewritten, input_name, shared=shared,
+    rows = [row_of(location, group, original, rewritten, input_name, shared=shared,
                    claims=claims)
             for location, group in by_location.items()]
+    for members in _sharing_dots(by_location, shared):
+        group = _group([row for row in rows if row.location in members])
+        for row in rows:
+            if row.location in members:
+                row.group = group
+    return rows
+
+
+def _sharing_dots(by_location: dict[str, list], shared: frozenset) -> list[set[str]]:
+    """The sets of two or more locations linked by positions in `shared` (a site's own
+    position or its dots), directly or through another location."""
+    positions = {location: {group[0].where, *(dot for site in group for dot in site.dots)}
+                 & shared for location, group in by_location.items()}
+    groups: list[set[str]] = []
+    for location, mine in positions.items():
+        linked = [g for g in groups if any(positions[other] & mine for other in g)]
+        merged = {location}.union(*linked)
+        groups = [g for g in groups if g not in linked] + [merged]
+    return [g for g in groups if len(g) > 1]
+
+
+def _group(rows: list[SiteRow]) -> RowGroup:
+    breakdown: dict[str, list[float]] = {}
+    for row in rows:
+        for name, (before, after) in row.compute_breakdown.items():
+            total = breakdown.setdefault(name, [0.0, 0.0])
+            total[0] += before
+            total[1] += after
+    return RowGroup([row.location for row in rows], any(r.applied or r.rewritten for r in rows),
+                    sum(r.before_us for r in rows),
+                    sum(r.after_us for r in rows), sum(r.original_exposed_us for r in rows),
+                    sum(r.exposed_us for r in rows), breakdown)
 
 
 def outside_sites(rows: list[SiteRow], original: Analysis,

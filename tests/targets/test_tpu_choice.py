@@ -14,9 +14,15 @@ from test_tpu import lowered_mlp  # noqa: E402
 import overlap_hlo  # noqa: E402
 from overlap_hlo.ir.unsupported import Kind  # noqa: E402
 from overlap_hlo.targets import report  # noqa: E402
+from overlap_hlo.targets.report_rows import SiteRow  # noqa: E402
 from overlap_hlo.tools import report as report_cli  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "tp_mlp.mlir"     # small: every rewrite is slower on TPU
+
+
+def row(where, before_us: float, after_us: float) -> SiteRow:
+    """A rewritten site's row with these times (nothing else of it is read here)."""
+    return SiteRow(str(where), "p", True, 1, 0, 0, 0, 0.0, 0.0, before_us, after_us, 0.0)
 
 
 @pytest.mark.parametrize("topology", ["v5p:2x2x2", "v5e:2x4", "v4:2x2x1"])
@@ -96,10 +102,6 @@ def test_sites_whose_rows_are_slower_are_tried_unchanged(kept_us, chosen):
 
     slow, fast = Where("model.py", 1, 1), Where("model.py", 2, 2)
 
-    class Row:
-        def __init__(self, where, before_us, after_us):
-            self.location, self.before_us, self.after_us = str(where), before_us, after_us
-
     built = []
 
     def rewritten(options, text):
@@ -110,7 +112,7 @@ def test_sites_whose_rows_are_slower_are_tried_unchanged(kept_us, chosen):
                  Site(fast, "p", applied=True)]
         return report._Candidate(None, sites, Analysis(kept_us if keep else 100.0))
 
-    rows = {str(slow): Row(slow, 100.0, 120.0), str(fast): Row(fast, 80.0, 50.0)}
+    rows = {str(slow): row(slow, 100.0, 120.0), str(fast): row(fast, 80.0, 50.0)}
     tried = {"two": rewritten({"bidirectional": True}, "PIPE")}
     times = {"two": 100.0}
     settings = {"two": ({"bidirectional": True}, "PIPE", list)}
@@ -140,10 +142,6 @@ def test_slower_sites_are_left_from_each_candidate_about_as_fast(monkeypatch):
         def __init__(self, total_us, temp_bytes):
             self.total_us, self.temp_bytes = total_us, temp_bytes
 
-    class Row:
-        def __init__(self, where, before_us, after_us):
-            self.location, self.before_us, self.after_us = str(where), before_us, after_us
-
     slow, fast = Where("model.py", 1, 1), Where("model.py", 2, 2)
     built = []
 
@@ -159,8 +157,7 @@ def test_slower_sites_are_left_from_each_candidate_about_as_fast(monkeypatch):
 
     def row_of(location, group, original, analysis, name, **_):
         slower = analysis.total_us == 100.2 and location == str(slow)
-        return Row(location, 100.0,
-                   120.0 if slower else 90.0)
+        return row(location, 100.0, 120.0 if slower else 90.0)
 
     monkeypatch.setattr(candidates, "fastest_per_pass", lambda *a, **k: None)
     forms = {"one": {"form": "one"}, "two": {"form": "two"}}

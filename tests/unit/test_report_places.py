@@ -1,5 +1,7 @@
 """How the TPU report finds a site's instructions: an HLO location ("file:line:col",
 the parsed input spelled "-" or "") against a site's or a dot's source position."""
+import dataclasses
+
 import pytest
 
 from overlap_hlo.ir.locations import Where
@@ -89,3 +91,54 @@ def test_a_row_holds_the_compute_at_its_own_dots_on_both_sides():
     a, b = site_rows([_site(1, (2,)), _site(5, (6, 2))], original, rewritten, None)
     assert (a.original_compute_us, b.original_compute_us) == (0.0, 25.0)   # m.py:2:1: shared
     assert outside_sites([a, b], original, rewritten)["compute_us"] == [17.0, 7.0]
+
+
+def _with_gathers(analysis, exposed: dict, beside: dict):
+    """`analysis` with all-gathers at `exposed`'s positions (position -> exposed us),
+    the matmuls beside the one at a position `beside` names (name -> HLO location)."""
+    from overlap_hlo.targets.schedule import Collective
+
+    class Place(str):
+        def format(self):
+            return str(self)
+
+    class Matmul:
+        def __init__(self, name, location):
+            self.name, self.location = name, Place(location)
+
+    analysis.collectives = [Collective(f"ag {at}", "all-gather", at, 1, us, 1, us)
+                            for at, us in exposed.items()]
+    analysis.matmuls_beside = lambda c: [Matmul(n, loc) for n, loc in
+                                         beside.get(c.location, {}).items()]
+    return analysis
+
+
+@pytest.mark.parametrize("ring_us, slower", [(15.0, True), (9.0, False)])
+def test_rows_sharing_a_dot_are_judged_together(ring_us, slower):
+    """Two sites name one dot (m.py:2:1): the sequence gather at m.py:1:1, rewritten,
+    and an FSDP weight's gather at m.py:5:1, left, which holds the dot in the original
+    (the matmul beside its collective; fsdp_tp on v6e:2x4). The ring moves the dot's
+    compute to the first row: alone that row looks slower however fast the ring, so
+    the two rows are one group, judged by their sums; the notes name the group once."""
+    from overlap_hlo.targets.report import Report
+    from overlap_hlo.targets.report_rows import site_rows
+
+    original = _with_gathers(_analysis({"m.py:2:1": {"dot"}, "m.py:9:1": {"attention"}},
+                                       {"dot": 10.0, "attention": 7.0}),
+                             {"m.py:1:1": 4.0, "m.py:5:1": 3.0},
+                             {"m.py:5:1": {"dot": "m.py:2:1"}})
+    rewritten = _with_gathers(_analysis({"m.py:1:1": {"ring"}, "m.py:9:1": {"attention"}},
+                                        {"ring": ring_us, "attention": 7.0}),
+                              {"m.py:5:1": 3.0}, {"m.py:5:1": {"ring": "m.py:1:1"}})
+    left = dataclasses.replace(_site(5, (2,)), applied=False)
+    a, b = site_rows([_site(1, (2,)), left], original, rewritten, None)
+    assert (a.before_us, a.after_us) == (4.0, ring_us) and a.got_slower
+    assert (b.before_us, b.after_us) == (13.0, 3.0)
+    assert a.group is b.group and a.group.locations == ["m.py:1:1", "m.py:5:1"]
+    assert (a.group.before_us, a.group.after_us) == (17.0, ring_us + 3.0)
+    assert a.slower == slower and not b.slower and not b.moved_slower
+    rep = Report("v5e:2x4", "tpu-v5e", 1.5, {}, [a, b], original, rewritten, 0, 0)
+    notes = [line for line in rep.format().splitlines() if "predicted slower (" in line]
+    assert notes == ([f"m.py:1:1, m.py:5:1 (their sites share dots): predicted slower "
+                      f"(17.0 -> {ring_us + 3.0:.1f} us): dots +{ring_us - 10.0:.1f} us"]
+                     if slower else [])
