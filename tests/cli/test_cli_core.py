@@ -194,6 +194,7 @@ def test_write_stdout(monkeypatch, capsys):
     assert capsys.readouterr().out == "é\n"
     monkeypatch.setattr(sys, "stdout", FailingStdout(BrokenPipeError()))
     cli.write_stdout(b"x")   # the reader went away: nothing to say
+    assert capsys.readouterr() == ("", "")
     monkeypatch.setattr(sys, "stdout", FailingStdout(OSError(errno.ENOSPC,
                                                              "No space left on device")))
     assert refused(cli.write_stdout, b"x") == (

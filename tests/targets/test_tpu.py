@@ -175,6 +175,7 @@ def test_scatter_ring_overlaps(one_stream):
     """The pipelined reduce_scatter ring: each round's dot runs while the accumulator
     travels (before, the compiler fused the dot with the add of the received one)."""
     scatter = next(row for row in one_stream.sites if row.pattern == SCATTER)
+    assert scatter.applied and scatter.permutes > 0   # a ring: else nothing is checked
     assert scatter.overlapped == scatter.permutes
 
 
