@@ -4,10 +4,10 @@ in the stack itself.
 A scanned layer saves what its backward pass reads by writing each value whole into a
 stacked buffer, one slice per iteration: `S' = dynamic_update_slice(S, broadcast(R),
 i, 0, ..)`, written out or as a call of a function that is only that (JAX's
-`dynamic_update_index_in_dim`). When R is a buffer our rings assemble (uninitialised storage, a
-`custom_call @AllocateBuffer`, written block by block through the ring's loops), the
-copy into the stack is one more pass over R that the compiler cannot fuse: a loop's
-result is not written in place into another buffer. Here the blocks are written into
+`dynamic_update_index_in_dim`). When R is a buffer our rings assemble (uninitialised
+storage, a `custom_call @AllocateBuffer`, written block by block through the ring's
+loops), the copy into the stack is one more pass over R that the compiler cannot fuse:
+a loop's result is not written in place into another buffer. Here the blocks are written into
 slice i of the stack instead, and the stack's initial value becomes uninitialised
 storage too (each iteration of the scan writes its whole slice).
 

@@ -315,9 +315,10 @@ def _group(rows: list[SiteRow]) -> RowGroup:
             total = breakdown.setdefault(name, [0.0, 0.0])
             total[0] += before
             total[1] += after
-    return RowGroup([row.location for row in rows], any(r.applied or r.rewritten for r in rows),
-                    sum(r.before_us for r in rows),
-                    sum(r.after_us for r in rows), sum(r.original_exposed_us for r in rows),
+    return RowGroup([row.location for row in rows],
+                    any(r.applied or r.rewritten for r in rows),
+                    sum(r.before_us for r in rows), sum(r.after_us for r in rows),
+                    sum(r.original_exposed_us for r in rows),
                     sum(r.exposed_us for r in rows), breakdown)
 
 
