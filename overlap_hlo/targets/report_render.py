@@ -156,7 +156,9 @@ class Report:
                          f"{row.original_compute_us:.1f} -> {row.rewritten_compute_us:.1f}",
                          f"{row.before_us:.1f}", f"{row.after_us:.1f}",
                          "moved here" if row.moved_here else
-                         f"{row.speedup:.2f}x" + (" SLOWER" if row.slower else ""),
+                         f"{row.speedup:.2f}x"
+                         + (f", group {row.group.speedup:.2f}x" if row.group else "")
+                         + (" SLOWER" if row.slower else ""),
                          ", ".join(row.collectives_left) or "-"])
         out = self.outside
         rows.append(["outside the sites", "", "-",

@@ -30,6 +30,10 @@ class RowGroup:
     def got_slower(self) -> bool:
         return self.after_us > self.before_us * (1 + SLOWER_TOLERANCE)
 
+    @property
+    def speedup(self) -> float:
+        return self.before_us / self.after_us if self.after_us else 1.0
+
 
 @dataclass
 class SiteRow:

@@ -138,6 +138,9 @@ def test_rows_sharing_a_dot_are_judged_together(ring_us, slower):
     assert (a.group.before_us, a.group.after_us) == (17.0, ring_us + 3.0)
     assert a.slower == slower and not b.slower and not b.moved_slower
     rep = Report("v5e:2x4", "tpu-v5e", 1.5, {}, [a, b], original, rewritten, 0, 0)
+    group = f"group {17.0 / (ring_us + 3.0):.2f}x" + (" SLOWER" if slower else "")
+    table = rep.format().splitlines()
+    assert f"{4.0 / ring_us:.2f}x, {group}" in table[1] and "4.33x, group" in table[2]
     notes = [line for line in rep.format().splitlines() if "predicted slower (" in line]
     assert notes == ([f"m.py:1:1, m.py:5:1 (their sites share dots): predicted slower "
                       f"(17.0 -> {ring_us + 3.0:.1f} us): dots +{ring_us - 10.0:.1f} us"]
