@@ -7,9 +7,9 @@ i, 0, ..)`, written out or as a call of a function that is only that (JAX's
 `dynamic_update_index_in_dim`). When R is a buffer our rings assemble (uninitialised
 storage, a `custom_call @AllocateBuffer`, written block by block through the ring's
 loops), the copy into the stack is one more pass over R that the compiler cannot fuse:
-a loop's result is not written in place into another buffer. Here the blocks are written into
-slice i of the stack instead, and the stack's initial value becomes uninitialised
-storage too (each iteration of the scan writes its whole slice).
+a loop's result is not written in place into another buffer. Here the blocks are
+written into slice i of the stack instead, and the stack's initial value becomes
+uninitialised storage too (each iteration of the scan writes its whole slice).
 
 Rewritten only when all of this is proved: the stack is carried by the loop whose body
 holds the update (read by nothing else, yielded as updated), i is that loop's counter

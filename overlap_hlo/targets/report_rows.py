@@ -12,8 +12,26 @@ from overlap_hlo.targets import schedule
 from overlap_hlo.targets.schedule import Analysis
 
 
+class BeforeAfter:
+    """The verdict on a time before and after (`before_us`, `after_us`): a row's or a
+    group's."""
+
+    before_us: float
+    after_us: float
+
+    @property
+    def speedup(self) -> float:
+        return self.before_us / self.after_us if self.after_us else 1.0
+
+    @property
+    def got_slower(self) -> bool:
+        """The time grew by more than rounding, rewritten or not (a site left unchanged
+        moves only with the compiler's choices around the rewritten ones)."""
+        return self.after_us > self.before_us * (1 + SLOWER_TOLERANCE)
+
+
 @dataclass
-class RowGroup:
+class RowGroup(BeforeAfter):
     """Rows whose sites name a dot in common (an FSDP weight's gather and the sequence
     gather beside the same dot): a ring moves the dot's compute from one row to another,
     so they are judged together, by their sums."""
@@ -26,17 +44,9 @@ class RowGroup:
     exposed_us: float
     compute_breakdown: dict[str, list[float]]
 
-    @property
-    def got_slower(self) -> bool:
-        return self.after_us > self.before_us * (1 + SLOWER_TOLERANCE)
-
-    @property
-    def speedup(self) -> float:
-        return self.before_us / self.after_us if self.after_us else 1.0
-
 
 @dataclass
-class SiteRow:
+class SiteRow(BeforeAfter):
     location: str
     pattern: str
     applied: bool
@@ -65,16 +75,6 @@ class SiteRow:
     synchronous: int = 0            # permutes scheduled as one synchronous instruction
     rewritten: int = 0              # of its records, those rewritten (`applied`: all)
     group: RowGroup | None = None   # the rows it shares a dot with, itself included
-
-    @property
-    def speedup(self) -> float:
-        return self.before_us / self.after_us if self.after_us else 1.0
-
-    @property
-    def got_slower(self) -> bool:
-        """Its time grew by more than rounding, rewritten or not (a site left unchanged
-        moves only with the compiler's choices around the rewritten ones)."""
-        return self.after_us > self.before_us * (1 + SLOWER_TOLERANCE)
 
     @property
     def moved_here(self) -> bool:
