@@ -90,10 +90,10 @@ _PLAIN = frozenset({type(None), bool, int, float, str, RingPlan, TargetForm, Rin
 
 
 def op_signature(op: ir.Operation) -> tuple:
+    """Name, attributes (in the op's own order: the same for equal ops) and types."""
     attributes = op.attributes
-    named = [attributes[i] for i in range(len(attributes))]
-    return (op.name, tuple(sorted((a.name, a.attr) for a in named)),
-            tuple(v.type for v in op.operands), tuple(r.type for r in op.results))
+    return (op.name, tuple([(name, attributes[name]) for name in attributes]),
+            tuple([v.type for v in op.operands]), tuple([r.type for r in op.results]))
 
 
 @dataclasses.dataclass
