@@ -211,3 +211,14 @@ func.func private @scaled_update(%arg0: tensor<2x8x4xf32>, %arg1: tensor<8x4xf32
   %1 = stablehlo.dynamic_update_slice %arg0, %0, %arg2, %c, %c : (tensor<2x8x4xf32>, tensor<1x8x4xf32>, tensor<i32>, tensor<i32>, tensor<i32>) -> tensor<2x8x4xf32>
   return %1 : tensor<2x8x4xf32>
 }
+
+// -----
+
+// A scalar update has no start index (no slice to stack): nothing changes, no crash.
+// CHECK-LABEL: func.func @scalar_update
+// CHECK: stablehlo.dynamic_update_slice %{{.*}}, %{{.*}} : (tensor<f32>, tensor<f32>) -> tensor<f32>
+func.func @scalar_update(%x: tensor<f32>) -> tensor<f32> {
+  %a = stablehlo.custom_call @AllocateBuffer() : () -> tensor<f32>
+  %u = stablehlo.dynamic_update_slice %a, %x : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  return %u : tensor<f32>
+}

@@ -160,6 +160,8 @@ def _whole_slice_update(op: ir.Operation) -> tuple[ir.Value, ir.Value, ir.Value]
         if parts is None or list(parts) != list(body.arguments):
             return None
         return op.operands[0], op.operands[1], op.operands[2]
+    if len(op.operands) < 3:   # a scalar: no start index, no slice
+        return None
     stack, value, counter, *starts = op.operands
     if not isinstance(counter, ir.BlockArgument):   # a ring's updates: at computed offsets
         return None
